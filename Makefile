@@ -1,0 +1,38 @@
+# Two set-up commands: `make demo` and `make test`. Both create .venv on first use and are
+# idempotent: the install step re-runs only when pyproject.toml changes.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# On machines without CUDA, install the CPU torch build first so no multi-GB CUDA wheel is pulled.
+TORCH_CPU_PIN ?= torch==2.13.0
+
+.PHONY: demo test test-all bench lint venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+	  echo "CUDA found: torch from the default index"; \
+	else \
+	  $(BIN)/pip install -q "$(TORCH_CPU_PIN)"; \
+	fi
+	$(BIN)/pip install -q -e ".[sandbox,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/alprl demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python bench/engine_and_train_throughput.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,132 @@
+"""Transformers rollout engine: batched KV-cached sampling in a configurable rollout dtype.
+
+The engine keeps its own copy of the policy in `dtype` (bf16 by default) while the trainer keeps fp32,
+so sampler and trainer disagree a little, as vLLM and FSDP do. `update_weights` copies the trainer's
+weights in (cast to the rollout dtype). Log-probs are those of the distribution actually sampled from:
+fp32 log-softmax of logits / temperature, after top-p filtering.
+
+Legend: N requests in a batch, P padded prompt width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from agents.engines.base import GenerationRequest, GenerationResult
+
+DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+          "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Set logits outside the smallest set with cumulative probability ≥ top_p to -inf. logits: (N, V)."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    cum = sorted_logits.softmax(-1).cumsum(-1)
+    drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+class HFEngine:
+    """Batched sampler over a causal LM; one instance per run, weights refreshed by the trainer."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, dtype: str = "bfloat16",
+                 temperature: float = 1.0, top_p: float = 1.0, eos_token_ids: list[int] | None = None):
+        self.model = copy.deepcopy(model).to(resolve_dtype(dtype)).eval()
+        self.model.requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.temperature = temperature
+        self.top_p = top_p
+        eos = eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id]
+        self.eos_token_ids = [e for e in eos if e is not None]
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.model.named_parameters())
+        for name, tensor in named_tensors:
+            if name not in params:
+                raise KeyError(f"update_weights: engine model has no parameter {name!r}")
+            params[name].copy_(tensor.detach().to(params[name].dtype))
+
+    def _prefill_inputs(self, requests: list[GenerationRequest]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r.prompt_ids) for r in requests)
+        ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)  # (N, P) left-padded
+        mask = torch.zeros((len(requests), width), dtype=torch.long)
+        for i, r in enumerate(requests):
+            ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
+            mask[i, width - len(r.prompt_ids):] = 1
+        return ids, mask
+
+    def _sample(self, logits: torch.Tensor, greedy: bool, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits: (N, V) → sampled ids (N,), their log-probs (N,) under the sampling distribution."""
+        scaled = top_p_filter(logits.float() / self.temperature, self.top_p)
+        logprobs = scaled.log_softmax(-1)
+        if greedy:
+            tokens = logprobs.argmax(-1)
+        else:
+            tokens = torch.multinomial(logprobs.exp(), 1, generator=gen).squeeze(-1)
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+    @torch.no_grad()
+    def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
+                 seed: int | None = None) -> list[GenerationResult]:
+        if not requests:
+            return []
+        gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % (2**63))
+        ids, attn = self._prefill_inputs(requests)
+        positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (N, P)
+        cache = DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
+                         use_cache=True)
+        n = len(requests)
+        results = [GenerationResult([], [], "length") for _ in requests]
+        done = [r.max_new_tokens <= 0 for r in requests]
+        texts = [""] * n
+        last_pos = positions[:, -1]
+        for _ in range(max(r.max_new_tokens for r in requests)):
+            if all(done):
+                break
+            tokens, logps = self._sample(out.logits[:, -1, :], greedy, gen)
+            for i in range(n):
+                if done[i]:
+                    continue
+                tok = int(tokens[i])
+                results[i].token_ids.append(tok)
+                results[i].logprobs.append(float(logps[i]))
+                done[i] = self._finished(requests[i], results[i], tok, texts, i)
+            tokens = torch.where(torch.tensor(done), torch.full_like(tokens, self.pad_id), tokens)
+            attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype)], dim=-1)
+            last_pos = last_pos + 1
+            out = self.model(input_ids=tokens[:, None], attention_mask=attn, position_ids=last_pos[:, None],
+                             past_key_values=out.past_key_values, use_cache=True)
+        return results
+
+    def _finished(self, req: GenerationRequest, res: GenerationResult, tok: int, texts: list[str], i: int) -> bool:
+        if tok in self.eos_token_ids:
+            res.finish_reason = "eos"
+            return True
+        if req.stop_strings:
+            # Decode only the new piece; a stop string may span token boundaries, so search the tail.
+            texts[i] += self.tokenizer.decode([tok], skip_special_tokens=False)
+            tail = texts[i][-(max(len(s) for s in req.stop_strings) + 16):]
+            if any(s in tail for s in req.stop_strings):
+                res.finish_reason = "stop"
+                return True
+        if len(res.token_ids) >= req.max_new_tokens:
+            res.finish_reason = "length"
+            return True
+        return False

@@ -1,0 +1,42 @@
+"""TIR agent formatting: chat prompt, observation tokens, stop strings of the chosen style.
+
+The whole episode is ONE assistant message: turns and code-execution results are concatenated
+(SimpleTIR-style), so observations are appended as plain tokens and the model continues after them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from envs.tir.styles import get_style
+
+
+class TIRAgent:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir"):
+        self.tokenizer = tokenizer
+        self.style = get_style(style)
+        self.stop_strings = list(self.style.stop_strings)
+
+    @staticmethod
+    def system_prompt_for(style: str) -> str:
+        return get_style(style).system_prompt
+
+    def messages(self, question: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.style.system_prompt}, {"role": "user", "content": question}]
+
+    def prompt_ids(self, first_obs: str, info: dict[str, Any]) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(self.messages(first_obs), add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False)
+        return list(ids)
+
+    def observation_ids(self, obs: str) -> list[int]:
+        return self.tokenizer.encode(obs, add_special_tokens=False)
+
+    def turn_ids(self, text: str) -> list[int]:
+        """Token ids of an expert-written turn (SFT data); RL never re-encodes sampled text."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)

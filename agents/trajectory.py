@@ -1,0 +1,51 @@
+"""The unit of RL data: one multi-turn episode as the sampler produced it, token-in/token-out.
+
+Defined here (not in trainer/) because imports point one way (sandbox ← envs ← agents ← evaluation ←
+trainer) and `agents/rollout.py` is the only place that builds it. `trainer/types.py` re-exports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Trajectory:
+    """One episode. Lists are aligned over the R response positions.
+
+    prompt_ids:       (P,) chat-formatted prompt token ids (system + user + assistant header).
+    response_ids:     (R,) every token after the prompt: sampled assistant tokens and appended
+                      observation tokens, exactly as produced (never re-tokenized).
+    loss_mask:        (R,) 1 where the policy sampled the token, 0 for observation/tool tokens.
+    rollout_logprobs: (R,) the engine's log-prob of each sampled token under the sampling
+                      distribution actually used; 0.0 where loss_mask is 0.
+    reward:           scalar outcome reward of the episode.
+    group_id:         trajectories sharing a task (GRPO group) share this id.
+    info:             plain-Python episode facts (won, turns, void_turn, truncated, tool calls, ...).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    rollout_logprobs: list[float] = field(default_factory=list)
+    reward: float = 0.0
+    group_id: int = 0
+    task_id: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def append(self, token_ids: list[int], logprobs: list[float] | None) -> None:
+        """Append sampled tokens (with their log-probs) or, with `logprobs=None`, observation tokens."""
+        self.response_ids.extend(token_ids)
+        if logprobs is None:
+            self.loss_mask.extend([0] * len(token_ids))
+            self.rollout_logprobs.extend([0.0] * len(token_ids))
+        else:
+            if len(logprobs) != len(token_ids):
+                raise ValueError(f"append: {len(token_ids)} tokens but {len(logprobs)} log-probs")
+            self.loss_mask.extend([1] * len(token_ids))
+            self.rollout_logprobs.extend(float(x) for x in logprobs)
+
+    @property
+    def num_sampled_tokens(self) -> int:
+        return sum(self.loss_mask)

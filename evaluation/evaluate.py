@@ -1,0 +1,52 @@
+"""Held-out evaluation: per-example records first, reductions separately.
+
+The same `evaluation_records` runs inside training (every `eval_every` steps) and on its own.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import gymnasium as gym
+
+from agents.engines.base import Engine
+from agents.rollout import Agent, EpisodeSpec, RolloutLimits, run_episodes
+
+
+def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,
+                       limits: RolloutLimits, *, greedy: bool = True, seed: int = 0, batch_size: int = 256,
+                       pool: ThreadPoolExecutor | None = None) -> list[dict[str, Any]]:
+    """One record per task of `split` indices 0..num_tasks-1: task id/type, reward, won, turns, tokens."""
+    records = []
+    for start in range(0, num_tasks, batch_size):
+        specs = [EpisodeSpec(seed=i, options={"split": split, "index": i}, group_id=i)
+                 for i in range(start, min(num_tasks, start + batch_size))]
+        trajs = run_episodes(engine, agent, envs, specs, limits, greedy=greedy, seed=seed, pool=pool)
+        for spec, t in zip(specs, trajs, strict=True):
+            records.append({"index": spec.options["index"], "task_id": t.task_id,
+                            "task_type": t.info.get("task_type", ""), "reward": t.reward,
+                            "won": bool(t.info.get("won")), "turns": t.info.get("turns", 0),
+                            "tool_calls": t.info.get("num_tool_calls", 0),
+                            "response_tokens": len(t.response_ids)})
+    return records
+
+
+def summarize(records: Sequence[dict[str, Any]], prefix: str = "eval") -> dict[str, float]:
+    """Success rate (overall and per task type), mean reward, tool use, turns."""
+    if not records:
+        return {}
+    out = {f"{prefix}/success": statistics.fmean(float(r["won"]) for r in records),
+           f"{prefix}/reward": statistics.fmean(r["reward"] for r in records),
+           f"{prefix}/tool_calls": statistics.fmean(r["tool_calls"] for r in records),
+           f"{prefix}/turns": statistics.fmean(r["turns"] for r in records)}
+    by_type: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        by_type[r["task_type"]].append(float(r["won"]))
+    for task_type, wins in sorted(by_type.items()):
+        if task_type:
+            out[f"{prefix}/success/{task_type}"] = statistics.fmean(wins)
+    return out

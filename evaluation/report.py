@@ -1,0 +1,97 @@
+"""Run report: `<run>/report.html` with matplotlib PNG plots embedded (base64) and a JSON summary.
+
+Reads `<run>/metrics.jsonl` (one record per step; step 0 holds the pre-RL evaluation) and an optional
+`<run>/summary.json`. Works on any run directory, so `alprl report <run>` regenerates it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def plot_lines(records: list[dict[str, Any]], keys: list[str], title: str, ylabel: str) -> str | None:
+    """One PNG (base64) with a line per metric key; None if no key has data."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    drawn = False
+    for key in keys:
+        xs, ys = _series(records, key)
+        if xs:
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, label=key)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.set_title(title)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+PLOTS = [
+    (["rollout/reward", "rollout/success"], "Training reward (rollout batches)", "mean reward"),
+    (["eval/success"], "Held-out success (greedy)", "success rate"),
+    (["rollout_corr/kl", "rollout_corr/k3_kl"], "Rollout vs trainer mismatch", "KL estimate (nats/token)"),
+    (["actor/ppo_kl", "actor/clip_high", "actor/clip_low"], "Policy update", "value"),
+    (["rollout/response_len", "rollout/sampled_tokens"], "Response length", "tokens"),
+    (["rollout/tool_calls", "rollout/turns"], "Tool use", "per episode"),
+]
+
+
+def write_report(run_dir: str | Path, title: str = "alprl run report") -> Path:
+    """Render `<run>/report.html` from the run's metrics; returns its path."""
+    run = Path(run_dir)
+    records = read_jsonl(run / "metrics.jsonl")
+    if not records:
+        raise FileNotFoundError(f"no metrics in {run / 'metrics.jsonl'}; is {run} a run directory?")
+    summary_path = run / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    parts = [f"<h1>{html.escape(title)}</h1>", f"<p>run directory: <code>{html.escape(str(run))}</code></p>"]
+    if summary:
+        rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>"
+                       for k, v in summary.items())
+        parts.append(f"<h2>Summary</h2><table>{rows}</table>")
+    for keys, plot_title, ylabel in PLOTS:
+        image = plot_lines(records, keys, plot_title, ylabel)
+        if image:
+            parts.append(f"<h2>{html.escape(plot_title)}</h2><img alt='{html.escape(plot_title)}' "
+                         f"src='data:image/png;base64,{image}'/>")
+    style = ("body{font-family:sans-serif;max-width:900px;margin:2em auto}table{border-collapse:collapse}"
+             "td{border:1px solid #ccc;padding:4px 8px}")
+    out = run / "report.html"
+    out.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                   f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    return out
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

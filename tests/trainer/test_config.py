@@ -1,0 +1,50 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.cli import main
+from trainer.config import CONFIG_DIR, ConfigError, build_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_overrides_and_types():
+    cfg = build_config(None, ["optim.lr=1e-3", "rollout.group_size=4", "env.task_types=arith,mod"])
+    assert cfg.optim.lr == 1e-3 and cfg.rollout.group_size == 4 and cfg.env.task_types == ["arith", "mod"]
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (["optim.lrr=1"], "unknown config key 'optim.lrr'"),
+    (["optim.lr=fast"], "'optim.lr' expects float"),
+    (["algorithm=nope"], "unknown algorithm 'nope'"),
+    (["env.mask_void_turns=maybe"], "expects true/false"),
+])
+def test_bad_keys_raise_one_line(bad, needle):
+    with pytest.raises(ConfigError, match=needle) as info:
+        build_config(None, bad)
+    assert "\n" not in str(info.value)
+
+
+def test_every_config_file_loads():
+    files = sorted(CONFIG_DIR.glob("*.yaml"))
+    assert files, "configs/ should hold at least the demo config"
+    for path in files:
+        build_config(path)
+    for preset in sorted((CONFIG_DIR / "algorithms").glob("*.yaml")):
+        assert build_config(None, [f"algorithm={preset.stem}"]).algo.name == preset.stem
+
+
+def test_cli_bad_key_exits_2_with_one_line():
+    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "train", "--dry-run", "optim.bogus=1"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "optim.bogus" in lines[0] and "lr" in lines[0]
+
+
+def test_cli_dry_run_prints_resolved_config(capsys):
+    assert main(["train", "--dry-run", "optim.lr=0.01", "algorithm=grpo"]) == 0
+    out = capsys.readouterr().out
+    assert '"lr": 0.01' in out and '"name": "grpo"' in out

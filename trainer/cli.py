@@ -1,0 +1,111 @@
+"""`alprl` command line: train, sft, demo, report, sandbox.
+
+Configs are YAML files overriding the dataclass defaults of trainer/config.py, plus `key=value`
+overrides (dotted keys, YAML values) and `algorithm=<preset>`. A bad key or value exits with status 2
+and one line naming the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from trainer.config import ConfigError, TrainConfig, algorithm_presets, build_config, field_docs, to_dict
+
+EPILOG = """overrides: dotted key=value pairs after the options, e.g.
+  alprl train --config configs/demo.yaml optim.lr=1e-4 rollout.group_size=8 algorithm=grpo
+Show every key with its default and meaning: alprl train --help-config"""
+
+
+def _add_config_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
+    p.add_argument("--config", default=default_config, help="YAML file overriding the defaults "
+                   f"(default: {default_config or 'none, dataclass defaults'})")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (see --help-config)")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    p.add_argument("--help-config", action="store_true", help="list every config key, its default and meaning")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs / CI)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="alprl", description="Multi-turn tool-integrated agent RL: "
+                                     "environments, sandbox, GRPO and off-policy corrections.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="RL training (GRPO and presets: " + ", ".join(algorithm_presets()) + ")",
+                           epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_config_args(train, None)
+    train.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoints/latest")
+    sft = sub.add_parser("sft", help="build the tiny model and warm-start it on imperfect expert episodes")
+    _add_config_args(sft, None)
+    sft.add_argument("--force", action="store_true", help="retrain even if a matching SFT model exists")
+    demo = sub.add_parser("demo", help="SFT → held-out eval → GRPO → eval → runs/demo/report.html (CPU, minutes)")
+    _add_config_args(demo, "configs/demo.yaml")
+    report = sub.add_parser("report", help="(re)write <run>/report.html from a run directory")
+    report.add_argument("run_dir")
+    sub.add_parser("sandbox", help="the code-execution service (alprl sandbox serve --help)", add_help=False)
+    return parser
+
+
+def config_help() -> str:
+    lines = []
+
+    def walk(obj, prefix: str) -> None:
+        docs = field_docs(type(obj))
+        for name, value in vars(obj).items():
+            if hasattr(value, "__dataclass_fields__"):
+                walk(value, f"{prefix}{name}.")
+            else:
+                lines.append(f"{prefix}{name} = {value!r}\n    {docs.get(name, '')}")
+
+    walk(TrainConfig(), "")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sandbox"]:
+        from sandbox.cli import main as sandbox_main
+
+        return sandbox_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command == "report":
+        from evaluation.report import write_report
+
+        print(write_report(args.run_dir))
+        return 0
+    if args.help_config:
+        print(config_help())
+        return 0
+    try:
+        cfg = build_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(json.dumps(to_dict(cfg), indent=2))
+        return 0
+    return run_command(args, cfg)
+
+
+def run_command(args: argparse.Namespace, cfg: TrainConfig) -> int:
+    show = not args.no_progress
+    if args.command == "sft":
+        from trainer.sft import run_sft
+
+        print(run_sft(cfg, show_progress=show, force=args.force))
+    elif args.command == "train":
+        from trainer.loop import train
+
+        results = train(cfg, resume=args.resume, show_progress=show)
+        if results:
+            print(json.dumps({k: round(v, 4) for k, v in results[-1].metrics.items()}, indent=1))
+    elif args.command == "demo":
+        from trainer.demo import run_demo
+
+        run_demo(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

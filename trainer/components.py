@@ -1,0 +1,89 @@
+"""Build what a run needs from its config: model, tokenizer, engine, envs, agent, optimizer.
+
+Task selection lives here too (`episode_specs`): which task each episode of step k plays, derived only
+from (seed, split, step) so resumed runs replay the same tasks.
+"""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+import envs  # noqa: F401  (registers the alprl/* environments)
+from agents.agent_factory import make_agent
+from agents.engines.hf import HFEngine
+from agents.models import load_model_and_tokenizer
+from agents.rollout import Agent, EpisodeSpec
+from trainer.config import TrainConfig
+
+TRAIN_INDEX_RANGE = 100_000  # train tasks are drawn from indices [0, 100k) of the train split
+
+
+@dataclass
+class Components:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    engine: HFEngine
+    agent: Agent
+    envs: list[gym.Env]
+    optimizer: torch.optim.Optimizer
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
+
+    def close(self) -> None:
+        self.pool.shutdown()
+        for env in self.envs:
+            env.close()
+
+
+def policy_path(cfg: TrainConfig) -> str:
+    """The model to start from: `model.path`, else the SFT warm start in `sft.output_dir`."""
+    path = cfg.model.path or cfg.sft.output_dir
+    if not Path(path).expanduser().exists() and not cfg.model.path:
+        raise FileNotFoundError(f"no warm-start model at {path}: run `alprl sft` first or set model.path=<dir>")
+    return path
+
+
+def env_kwargs(cfg: TrainConfig) -> dict:
+    """Constructor arguments for the configured env (TIR keys; other envs take what they know)."""
+    if cfg.env.id.startswith("alprl/TIRMath"):
+        return {"style": cfg.env.style, "max_turns": cfg.env.max_turns,
+                "difficulty": cfg.env.difficulty or None, "task_types": cfg.env.task_types or None,
+                "sandbox_url": cfg.env.sandbox_url or None, "run_timeout_s": cfg.env.run_timeout_s}
+    return {}
+
+
+def make_envs(cfg: TrainConfig, n: int) -> list[gym.Env]:
+    return [gym.make(cfg.env.id, **env_kwargs(cfg)) for _ in range(n)]
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                             weight_decay=cfg.optim.weight_decay)
+
+
+def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: int | None = None) -> Components:
+    model, tokenizer = load_model_and_tokenizer(init_from or policy_path(cfg))
+    model.train()
+    engine = HFEngine(model, tokenizer, dtype=cfg.rollout.dtype, temperature=cfg.rollout.temperature,
+                      top_p=cfg.rollout.top_p)
+    n = num_envs or max(cfg.rollout.prompts_per_step * cfg.rollout.group_size, cfg.eval_tasks)
+    return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),
+                      envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg))
+
+
+def episode_specs(cfg: TrainConfig, split: str, step: int, num_tasks: int, group_size: int) -> list[EpisodeSpec]:
+    """Tasks of one batch: train draws `num_tasks` random indices per step; valid/test take 0..num_tasks-1."""
+    if split == "train":
+        rng = random.Random(cfg.seed * 100_003 + step)
+        indices = rng.sample(range(TRAIN_INDEX_RANGE), num_tasks)
+    else:
+        indices = list(range(num_tasks))
+    return [EpisodeSpec(seed=index, options={"split": split, "index": index}, group_id=g)
+            for g, index in enumerate(indices) for _ in range(group_size)]

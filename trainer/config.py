@@ -1,0 +1,285 @@
+"""Run configuration: a tree of small dataclasses, each field with its docstring.
+
+A default is stated once, here. YAML files in `configs/` only override (nested mappings), and the CLI
+takes dotted `key=value` overrides (`optim.lr=1e-4 rollout.group_size=8`), values parsed as YAML.
+`algorithm=<name>` first applies the preset `configs/algorithms/<name>.yaml` (presets are data).
+Unknown or ill-typed keys raise `ConfigError` naming the key and the valid choices; the CLI turns it into
+one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A bad configuration key or value (one line: what, where, what to do)."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""
+    """HF model dir or cached hub name. Empty: the tiny embedded model produced by SFT in `<sft.output_dir>`."""
+    hidden_size: int = 256
+    """Tiny model: width (only used when building the tiny model)."""
+    num_layers: int = 4
+    """Tiny model: number of decoder layers."""
+    num_heads: int = 4
+    """Tiny model: attention heads (head_dim = hidden_size / num_heads)."""
+    num_kv_heads: int = 2
+    """Tiny model: key/value heads (grouped-query attention)."""
+    vocab_size: int = 1024
+    """Tiny model: BPE vocabulary size of the tokenizer trained on the SFT corpus."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "alprl/TIRMath-v0"
+    """Gymnasium id of the environment."""
+    style: str = "simpletir"
+    """TIR convention: simpletir | torl | hermes (reference/environments.md §1)."""
+    max_turns: int = 3
+    """Assistant turns per episode before truncation."""
+    difficulty: int = 1
+    """Task difficulty level (1-3); 0 means all levels."""
+    task_types: list[str] = field(default_factory=list)
+    """Restrict generated task types (empty: all)."""
+    sandbox_url: str = ""
+    """Sandbox endpoint(s), comma separated. Empty: in-process executor."""
+    run_timeout_s: float = 3.0
+    """Wall-clock limit per code execution."""
+    mask_void_turns: bool = True
+    """Zero the loss mask of trajectories that ended with a void turn (no code, no answer), as SimpleTIR."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"
+    """Rollout engine: hf (transformers, KV-cached batched sampling) | vllm | auto."""
+    dtype: str = "bfloat16"
+    """Sampler dtype. bf16 vs the fp32 trainer creates the rollout/training mismatch on purpose."""
+    temperature: float = 1.0
+    """Sampling temperature; the trainer computes log-probs on logits / temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling; keep 1.0 so rollout log-probs match the trainer's distribution."""
+    max_new_tokens: int = 64
+    """Token budget of one assistant turn."""
+    max_response_tokens: int = 256
+    """Total response budget (assistant + observation tokens); exceeding it truncates the episode."""
+    max_obs_tokens: int = 64
+    """Observation tokens appended per tool call (cut on token ids)."""
+    prompts_per_step: int = 16
+    """Distinct tasks per rollout batch."""
+    group_size: int = 8
+    """Samples per task (GRPO group size G)."""
+
+
+@dataclass
+class AlgoConfig:
+    name: str = "grpo"
+    """Name of the preset that filled this section (logged; the loop never branches on it)."""
+    policy_loss: str = "ppo_clip"
+    """Key in trainer.losses.POLICY_LOSSES."""
+    clip_low: float = 0.2
+    """PPO ε_lo: lower clip 1 - clip_low."""
+    clip_high: float = 0.28
+    """PPO ε_hi: upper clip 1 + clip_high (clip-higher, DAPO)."""
+    clip_dual: float = 3.0
+    """Dual-clip constant c > 1 for negative advantages."""
+    loss_agg: str = "token-mean"
+    """token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm."""
+    adv_norm_by_std: bool = True
+    """GRPO: divide group-centred rewards by the group std (false = Dr.GRPO)."""
+    adv_leave_one_out: bool = False
+    """RLOO baseline: subtract the mean of the other group members."""
+    entropy_coef: float = 0.0
+    """β_H: weight of the entropy bonus (entropy is always logged)."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 2e-4
+    """AdamW learning rate of the policy."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    """AdamW betas."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Global grad-norm clip; a non-finite norm skips the step."""
+    num_minibatches: int = 2
+    """Optimizer steps per rollout batch (mini-batch k > 0 is stale: off-policy on purpose)."""
+    micro_batch_size: int = 32
+    """Trajectories per forward/backward (gradient accumulation inside a mini-batch)."""
+
+
+@dataclass
+class SFTConfig:
+    output_dir: str = "runs/sft"
+    """Where the warm-start checkpoint goes (reused when it exists and matches this config)."""
+    num_examples: int = 3000
+    """Expert trajectories generated for SFT."""
+    p_skip_tool: float = 0.35
+    """Share of expert episodes that guess without the tool (headroom for RL)."""
+    p_wrong_copy: float = 0.1
+    """Share of expert episodes that copy the tool result wrongly."""
+    epochs: int = 2
+    """Passes over the SFT data."""
+    lr: float = 2e-3
+    """SFT learning rate (AdamW, cosine decay)."""
+    batch_size: int = 32
+    """SFT batch size (sequences)."""
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    """Seed of everything (torch, task sampling, sampler)."""
+    output_dir: str = "runs/train"
+    """Run directory: metrics.jsonl, TensorBoard events, checkpoints/."""
+    steps: int = 30
+    """RL iterations (rollout batch + its mini-batch updates)."""
+    save_every: int = 10
+    """Checkpoint every N steps (and at the end)."""
+    eval_every: int = 0
+    """Held-out evaluation every N steps (0: only at the end)."""
+    eval_tasks: int = 200
+    """Held-out (test split) tasks for evaluation, greedy decoding."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs `pip install wandb`)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass (the string literal right after each field)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = str(nxt.value.value)
+    return docs
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"config key '{key}' expects a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        return [_coerce(v, item, key) for v in value]
+    if origin in (typing.Union, types.UnionType):
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key '{key}' expects true/false, got {value!r}")
+    if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is str:
+        return "" if value is None else str(value)
+    if hint in (int, float) and isinstance(value, str):
+        try:  # YAML 1.1 reads "1e-3" as a string
+            return hint(value)
+        except ValueError:
+            pass
+    if hint in (int, float):
+        raise ConfigError(f"config key '{key}' expects {hint.__name__}, got {value!r}")
+    return value
+
+
+def _apply(obj: Any, overrides: dict[str, Any], prefix: str = "") -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = [f.name for f in dataclasses.fields(obj)]
+    for name, value in overrides.items():
+        key = f"{prefix}{name}"
+        if name not in names:
+            raise ConfigError(f"unknown config key '{key}'; valid keys{' in ' + repr(prefix[:-1]) if prefix else ''}:"
+                              f" {', '.join(names)}")
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key '{key}' is a section; set its fields, e.g. {key}.<field>=...")
+            _apply(current, value, key + ".")
+        else:
+            setattr(obj, name, _coerce(value, hints[name], key))
+
+
+def _nest(dotted: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"config key '{key}': '{part}' is set both as a value and as a section")
+        node[parts[-1]] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file '{path}' not found; files in {CONFIG_DIR}: "
+                          f"{', '.join(sorted(p.name for p in CONFIG_DIR.glob('*.yaml')))}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def algorithm_presets() -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / "algorithms").glob("*.yaml"))
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`["a.b=1", "algorithm=grpo"]` → nested dict; values parsed as YAML scalars/lists."""
+    flat = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not key=value (example: optim.lr=1e-4)")
+        key, raw = item.split("=", 1)
+        flat[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+    return _nest(flat)
+
+
+def build_config(config_path: str | Path | None = None, overrides: list[str] = ()) -> TrainConfig:
+    """Defaults ← YAML file ← algorithm preset (if `algorithm=` given) ← key=value overrides."""
+    cfg = TrainConfig()
+    if config_path:
+        _apply(cfg, load_yaml(config_path))
+    cli = parse_overrides(list(overrides))
+    algorithm = cli.pop("algorithm", None)
+    if algorithm is not None:
+        if algorithm not in algorithm_presets():
+            raise ConfigError(f"unknown algorithm '{algorithm}'; valid: {', '.join(algorithm_presets())}")
+        _apply(cfg, {"algo": {"name": algorithm, **load_yaml(CONFIG_DIR / "algorithms" / f"{algorithm}.yaml")}})
+    _apply(cfg, cli)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,44 @@
+"""Trainer-side log-probs and entropy of the response tokens.
+
+Log-probs are fp32 log-softmax of logits / temperature (the sampler's distribution with top-p = 1),
+gathered at each row's response positions so the result aligns with `Batch.response_ids`.
+
+Legend: B rows, L padded sequence width, T response width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.types import Batch
+
+
+def response_logits(model: nn.Module, batch: Batch, temperature: float) -> torch.Tensor:
+    """Logits predicting each response token, (B, T, V), fp32, divided by temperature."""
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = out.logits  # (B, L, V); position p predicts token p + 1
+    t = batch.response_ids.shape[1]
+    offsets = torch.arange(t)[None, :]  # (1, T)
+    index = (batch.response_start[:, None] - 1 + offsets).clamp(max=logits.shape[1] - 1)  # (B, T)
+    picked = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))  # (B, T, V)
+    return picked.float() / temperature
+
+
+def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[token]: logits (B, T, V), token_ids (B, T) → (B, T)."""
+    return logits.log_softmax(-1).gather(-1, token_ids[:, :, None]).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """H = logsumexp(z) − Σ softmax(z)·z, (B, T, V) → (B, T) (reference/algorithms.md §2.5)."""
+    probs = logits.softmax(-1)
+    return torch.logsumexp(logits, -1) - (probs * logits).sum(-1)
+
+
+def compute_logprobs(model: nn.Module, batch: Batch, temperature: float,
+                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logp (B, T), entropy (B, T) or None); padding positions hold garbage — always use the mask."""
+    logits = response_logits(model, batch, temperature)
+    logp = token_logprobs(logits, batch.response_ids)
+    return logp, (entropy_from_logits(logits) if with_entropy else None)

@@ -1,0 +1,166 @@
+"""SFT warm start: a scripted (imperfect) expert plays TIR episodes; the tiny model imitates them.
+
+Pipeline: expert turns are played through the real env (real sandbox) so observations are exactly what
+RL will show → a tokenizer is trained on that corpus → the tiny Qwen2 model is built → trained with
+cross-entropy on the assistant tokens only (observation tokens masked, as in RL) → saved in HF format.
+The expert is imperfect on purpose (`p_skip_tool` guesses without the tool, `p_wrong_copy` miscopies the
+result), so the SFT policy has headroom that RL can recover.
+
+Token streams are built exactly like rollouts: each turn and each observation tokenized separately and
+concatenated, then the eos token; so the SFT model sees the same boundaries it will produce.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+
+import envs  # noqa: F401  (registers alprl/* envs)
+from agents.models import build_tiny_model, save_pretrained, train_tokenizer
+from agents.tir_agent import TIRAgent
+from envs.tir.expert import expert_turns
+from envs.tir.tasks import generate_task
+from trainer.components import env_kwargs
+from trainer.config import TrainConfig
+from trainer.progress import progress_bar
+
+META_FILE = "sft_meta.json"
+SFT_INDEX_OFFSET = 500_000  # SFT tasks come from a train-split index range RL never samples
+
+
+@dataclass
+class ExpertEpisode:
+    question: str
+    turns: list[str]
+    observations: list[str]  # observations[i] follows turns[i]; the last turn has none
+    reward: float
+
+
+def play_expert(cfg: TrainConfig, index: int) -> ExpertEpisode:
+    """Play one imperfect-expert episode through the real env."""
+    env = gym.make(cfg.env.id, **env_kwargs(cfg))
+    try:
+        options = {"split": "train", "index": SFT_INDEX_OFFSET + index}
+        question, info = env.reset(seed=index, options=options)
+        task = generate_task("train", SFT_INDEX_OFFSET + index, difficulty=cfg.env.difficulty or None,
+                             task_types=cfg.env.task_types or None)
+        rng = random.Random(cfg.seed * 7919 + index)
+        turns = expert_turns(task, cfg.env.style, rng=rng, p_skip_tool=cfg.sft.p_skip_tool,
+                             p_wrong_copy=cfg.sft.p_wrong_copy)
+        observations, reward = [], 0.0
+        for turn in turns:
+            obs, reward, terminated, truncated, _ = env.step(turn)
+            if terminated or truncated:
+                break
+            observations.append(obs)
+        return ExpertEpisode(question, turns[: len(observations) + 1], observations, float(reward))
+    finally:
+        env.close()
+
+
+def episode_tokens(agent: TIRAgent, ep: ExpertEpisode, eos_id: int) -> tuple[list[int], list[int]]:
+    """(input ids, loss mask) of one expert episode, built like a rollout."""
+    ids = agent.prompt_ids(ep.question, {})
+    mask = [0] * len(ids)
+    for i, turn in enumerate(ep.turns):
+        turn_ids = agent.turn_ids(turn)
+        ids += turn_ids
+        mask += [1] * len(turn_ids)
+        if i < len(ep.observations):
+            obs_ids = agent.observation_ids(ep.observations[i])
+            ids += obs_ids
+            mask += [0] * len(obs_ids)
+    return ids + [eos_id], mask + [1]
+
+
+def sft_fingerprint(cfg: TrainConfig) -> str:
+    keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": asdict(cfg.env), "seed": cfg.seed}
+    keys["sft"].pop("output_dir")
+    return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def collect_expert_data(cfg: TrainConfig, show_progress: bool = True) -> list[ExpertEpisode]:
+    with ThreadPoolExecutor(max_workers=4) as pool, \
+            progress_bar("expert episodes", cfg.sft.num_examples, enabled=show_progress) as bar:
+        episodes = []
+        for ep in pool.map(lambda i: play_expert(cfg, i), range(cfg.sft.num_examples)):
+            episodes.append(ep)
+            bar.advance()
+    return episodes
+
+
+def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False) -> Path:
+    """Build + train the warm-start model into `cfg.sft.output_dir` (reused if its fingerprint matches)."""
+    out = Path(cfg.sft.output_dir)
+    meta_path = out / META_FILE
+    fingerprint = sft_fingerprint(cfg)
+    if not force and meta_path.exists() and json.loads(meta_path.read_text()).get("fingerprint") == fingerprint:
+        return out
+    torch.manual_seed(cfg.seed)
+    episodes = collect_expert_data(cfg, show_progress)
+    agent_style = cfg.env.style
+    corpus = [TIRAgent.system_prompt_for(agent_style)] + [ep.question for ep in episodes]
+    corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
+    tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
+    model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
+                             num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads, seed=cfg.seed)
+    agent = TIRAgent(tokenizer, style=agent_style)
+    data = [episode_tokens(agent, ep, tokenizer.convert_tokens_to_ids("<|im_end|>")) for ep in episodes]
+    losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress)
+    save_pretrained(model, tokenizer, out)
+    meta = {"fingerprint": fingerprint, "num_examples": len(data), "final_loss": losses[-1],
+            "expert_success": sum(ep.reward for ep in episodes) / len(episodes),
+            "num_parameters": sum(p.numel() for p in model.parameters())}
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return out
+
+
+def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[int]]], cfg: TrainConfig,
+                       pad_id: int, show_progress: bool = True) -> list[float]:
+    """Masked next-token cross-entropy, AdamW with cosine decay; returns per-step losses."""
+    rng = random.Random(cfg.seed)
+    steps_per_epoch = math.ceil(len(data) / cfg.sft.batch_size)
+    total = steps_per_epoch * cfg.sft.epochs
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / total)))
+    model.train()
+    losses = []
+    with progress_bar("SFT", total, enabled=show_progress) as bar:
+        for _ in range(cfg.sft.epochs):
+            order = list(range(len(data)))
+            rng.shuffle(order)
+            for start in range(0, len(order), cfg.sft.batch_size):
+                ids, mask = _pad([data[i] for i in order[start: start + cfg.sft.batch_size]], pad_id)
+                logits = model(input_ids=ids, attention_mask=(mask >= 0).long()).logits[:, :-1]  # (B, L-1, V)
+                target_mask = (mask[:, 1:] == 1).float()  # (B, L-1): predict sampled tokens only
+                nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+                loss = (nll * target_mask).sum() / target_mask.sum().clamp(min=1)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                schedule.step()
+                losses.append(loss.item())
+                bar.advance(loss=loss.item())
+    model.eval()
+    return losses
+
+
+def _pad(rows: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to (B, L); mask is -1 on padding, 0 on prompt/observation, 1 on assistant tokens."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.full((len(rows), width), -1, dtype=torch.long)
+    for i, (row_ids, row_mask) in enumerate(rows):
+        ids[i, : len(row_ids)] = torch.tensor(row_ids)
+        mask[i, : len(row_mask)] = torch.tensor(row_mask)
+    return ids, mask
