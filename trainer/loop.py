@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
+from agents.rollout import RolloutLimits, run_episodes
 from agents.trajectory import Trajectory
 from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint

@@ -1,8 +1,8 @@
 """One rollout batch → several optimizer steps (mini-batches, each accumulated over micro-batches).
 
 Stages used by the loop: `old_logprobs` (no grad, unperturbed) and `update_policy` (loss → backward →
-global grad clip → non-finite guard → optimizer step). The loss is looked up in `POLICY_LOSSES` by name
-with flat hyperparameters from the config; this module never branches on algorithm names.
+global grad clip → non-finite guard → optimizer step). What is optimized lives in `objective.py`;
+this module never branches on algorithm names.
 
 Legend: B trajectories in the rollout batch, T response positions.
 """
@@ -16,7 +16,7 @@ from torch import nn
 
 from trainer.config import AlgoConfig
 from trainer.logprobs import compute_logprobs
-from trainer.losses import aggregate, get_policy_loss, masked_mean
+from trainer.objective import micro_batch_objective
 from trainer.types import Batch
 
 
@@ -26,7 +26,7 @@ def old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_batch
     was_training = model.training
     model.eval()
     out = torch.zeros_like(batch.rollout_logp)
-    for rows in _chunks(torch.arange(len(batch)), micro_batch_size):
+    for rows in _chunks(torch.arange(len(batch)), micro_batch_size, batch):
         sub = batch.select(rows)
         logp, _ = compute_logprobs(model, sub, temperature)
         out[rows, : logp.shape[1]] = logp
@@ -34,7 +34,13 @@ def old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_batch
     return out
 
 
-def _chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
+def _chunks(rows: torch.Tensor, size: int, batch: Batch) -> list[torch.Tensor]:
+    """Micro-batches of `rows`, length-sorted so each is padded only to its own longest row.
+
+    The loss uses mini-batch denominators, so grouping rows differently cannot change it.
+    """
+    lengths = (batch.response_start + batch.response_len)[rows]
+    rows = rows[torch.argsort(lengths, stable=True)]
     return [rows[i: i + size] for i in range(0, len(rows), size)]
 
 
@@ -44,15 +50,9 @@ def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Gener
     return [chunk for chunk in perm.tensor_split(num_minibatches) if len(chunk)]
 
 
-def loss_kwargs(algo: AlgoConfig) -> dict:
-    """Flat hyperparameters for the registry entry (no config objects inside components)."""
-    return {"clip_low": algo.clip_low, "clip_high": algo.clip_high, "clip_dual": algo.clip_dual}
-
-
 def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, rows: torch.Tensor, *,
                   algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float) -> dict[str, float]:
     """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`)."""
-    loss_fn = get_policy_loss(algo.policy_loss)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     mask_all = batch.loss_mask[rows]
@@ -60,19 +60,16 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     n_seqs = (mask_all.sum(-1) > 0).sum().clamp(min=1).float()
     sums: dict[str, float] = {}
     total_loss = 0.0
-    for micro in _chunks(rows, micro_batch_size):
+    real_tokens = padded_tokens = 0
+    for micro in _chunks(rows, micro_batch_size, batch):
         sub = batch.select(micro)
+        real_tokens += int(sub.attention_mask.sum())
+        padded_tokens += sub.input_ids.numel()
         logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=True)
-        per_token, metrics = loss_fn(logp, sub.old_logp, sub.rollout_logp, sub.advantages, sub.loss_mask,
-                                     **loss_kwargs(algo))
-        loss = aggregate(per_token, sub.loss_mask, algo.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs)
-        if algo.entropy_coef:
-            loss = loss - algo.entropy_coef * aggregate(entropy, sub.loss_mask, algo.loss_agg,
-                                                        n_tokens=n_tokens, n_seqs=n_seqs)
+        loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs)
         loss.backward()
         total_loss += loss.item()
         weight = sub.loss_mask.sum().item() / n_tokens.item()  # token-weighted average of micro metrics
-        metrics["entropy_update"] = masked_mean(entropy.detach(), sub.loss_mask).item()
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + weight * value
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -84,5 +81,6 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         optimizer.step()
     out = {f"actor/{k}": v for k, v in sums.items()}
     out.update({"loss/policy": total_loss, "actor/grad_norm": grad_norm,
-                "actor/grad_norm_nonfinite": float(skipped)})
+                "actor/grad_norm_nonfinite": float(skipped),
+                "perf/real_token_frac": real_tokens / max(padded_tokens, 1)})
     return out

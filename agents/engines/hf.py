@@ -11,6 +11,7 @@ Legend: N requests in a batch, P padded prompt width, V vocabulary.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Iterable
 
 import torch
@@ -53,6 +54,9 @@ class HFEngine:
         eos = eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id]
         self.eos_token_ids = [e for e in eos if e is not None]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+        # transformers ≥ 5.2x names the KV-cache argument `cache`; older releases `past_key_values`.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -90,8 +94,8 @@ class HFEngine:
         ids, attn = self._prefill_inputs(requests)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (N, P)
         cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache,
-                         use_cache=True)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True,
+                         logits_to_keep=1, **{self._cache_kw: cache})
         n = len(requests)
         results = [GenerationResult([], [], "length") for _ in requests]
         done = [r.max_new_tokens <= 0 for r in requests]
@@ -112,7 +116,7 @@ class HFEngine:
             attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype)], dim=-1)
             last_pos = last_pos + 1
             out = self.model(input_ids=tokens[:, None], attention_mask=attn, position_ids=last_pos[:, None],
-                             past_key_values=out.past_key_values, use_cache=True)
+                             use_cache=True, **{self._cache_kw: cache})  # the cache grows in place
         return results
 
     def _finished(self, req: GenerationRequest, res: GenerationResult, tok: int, texts: list[str], i: int) -> bool:
