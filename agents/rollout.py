@@ -26,7 +26,7 @@ from agents.trajectory import Trajectory
 class Agent(Protocol):
     """Env-specific formatting: how observations become token ids and where a turn stops."""
 
-    stop_strings: list[str]
+    def stop_strings(self, num_tool_calls: int) -> list[str]: ...
 
     def prompt_ids(self, first_obs: str, info: dict[str, Any]) -> list[int]: ...
 
@@ -78,7 +78,8 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
         while active:
             budgets = {i: limits.max_response_tokens - len(trajs[i].response_ids) for i in active}
             requests = [GenerationRequest(trajs[i].prompt_ids + trajs[i].response_ids,
-                                          min(limits.max_new_tokens, budgets[i]), agent.stop_strings)
+                                          min(limits.max_new_tokens, budgets[i]),
+                                          agent.stop_strings(trajs[i].info["num_tool_calls"]))
                         for i in active]
             results = engine.generate(requests, greedy=greedy,
                                       seed=None if seed is None else seed * 1000 + turn)
@@ -87,7 +88,8 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
                 trajs[i].append(res.token_ids, res.logprobs)
                 trajs[i].info["turns"] += 1
                 texts[i] = agent.decode(res.token_ids)
-            steps = dict(zip(active, pool.map(lambda i: envs[i].step(texts[i]), active), strict=True))
+            outcomes = pool.map(lambda i, text: envs[i].step(text), active, [texts[i] for i in active])
+            steps = dict(zip(active, outcomes, strict=True))
             still = []
             for i in active:
                 still += [i] if _absorb(trajs[i], steps[i], agent, limits) else []

@@ -17,7 +17,6 @@ class TIRAgent:
     def __init__(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir"):
         self.tokenizer = tokenizer
         self.style = get_style(style)
-        self.stop_strings = list(self.style.stop_strings)
 
     @staticmethod
     def system_prompt_for(style: str) -> str:
@@ -25,6 +24,10 @@ class TIRAgent:
 
     def messages(self, question: str) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.style.system_prompt}, {"role": "user", "content": question}]
+
+    def stop_strings(self, num_tool_calls: int) -> list[str]:
+        """The style's stop strings; none once its tool-call budget is spent (ToRL's last round)."""
+        return list(self.style.stop_for(num_tool_calls))
 
     def prompt_ids(self, first_obs: str, info: dict[str, Any]) -> list[int]:
         ids = self.tokenizer.apply_chat_template(self.messages(first_obs), add_generation_prompt=True,

@@ -18,15 +18,21 @@ from agents.rollout import Agent, EpisodeSpec, RolloutLimits, run_episodes
 
 
 def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,
-                       limits: RolloutLimits, *, greedy: bool = True, seed: int = 0, batch_size: int = 256,
+                       limits: RolloutLimits, *, samples_per_task: int = 1, greedy: bool = False, seed: int = 0,
                        pool: ThreadPoolExecutor | None = None) -> list[dict[str, Any]]:
-    """One record per task of `split` indices 0..num_tasks-1: task id/type, reward, won, turns, tokens."""
+    """One record per (task, sample) of `split` indices 0..num_tasks-1: reward, won, turns, tokens.
+
+    Episodes run in chunks of `len(envs)`; sampling is seeded by `seed` and the chunk, so the same
+    weights give the same records.
+    """
+    specs = [EpisodeSpec(seed=i, options={"split": split, "index": i}, group_id=i)
+             for i in range(num_tasks) for _ in range(samples_per_task)]
     records = []
-    for start in range(0, num_tasks, batch_size):
-        specs = [EpisodeSpec(seed=i, options={"split": split, "index": i}, group_id=i)
-                 for i in range(start, min(num_tasks, start + batch_size))]
-        trajs = run_episodes(engine, agent, envs, specs, limits, greedy=greedy, seed=seed, pool=pool)
-        for spec, t in zip(specs, trajs, strict=True):
+    for start in range(0, len(specs), len(envs)):
+        chunk = specs[start: start + len(envs)]
+        trajs = run_episodes(engine, agent, envs, chunk, limits, greedy=greedy, seed=seed * 7919 + start,
+                             pool=pool)
+        for spec, t in zip(chunk, trajs, strict=True):
             records.append({"index": spec.options["index"], "task_id": t.task_id,
                             "task_type": t.info.get("task_type", ""), "reward": t.reward,
                             "won": bool(t.info.get("won")), "turns": t.info.get("turns", 0),

@@ -22,7 +22,7 @@ from agents.models import load_model_and_tokenizer
 from agents.rollout import Agent, EpisodeSpec
 from trainer.config import TrainConfig
 
-TRAIN_INDEX_RANGE = 100_000  # train tasks are drawn from indices [0, 100k) of the train split
+TRAIN_INDICES = range(1_500, 101_500)  # RL draws train tasks here (the train split starts at global index 1500)
 
 
 @dataclass
@@ -73,16 +73,16 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
     model.train()
     engine = HFEngine(model, tokenizer, dtype=cfg.rollout.dtype, temperature=cfg.rollout.temperature,
                       top_p=cfg.rollout.top_p)
-    n = num_envs or max(cfg.rollout.prompts_per_step * cfg.rollout.group_size, cfg.eval_tasks)
+    n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg))
 
 
 def episode_specs(cfg: TrainConfig, split: str, step: int, num_tasks: int, group_size: int) -> list[EpisodeSpec]:
-    """Tasks of one batch: train draws `num_tasks` random indices per step; valid/test take 0..num_tasks-1."""
+    """Tasks of one batch: train draws `num_tasks` random indices per step; test takes indices 0..num_tasks-1."""
     if split == "train":
         rng = random.Random(cfg.seed * 100_003 + step)
-        indices = rng.sample(range(TRAIN_INDEX_RANGE), num_tasks)
+        indices = rng.sample(TRAIN_INDICES, num_tasks)
     else:
         indices = list(range(num_tasks))
     return [EpisodeSpec(seed=index, options={"split": split, "index": index}, group_id=g)

@@ -105,6 +105,44 @@ class AlgoConfig:
     """RLOO baseline: subtract the mean of the other group members."""
     entropy_coef: float = 0.0
     """β_H: weight of the entropy bonus (entropy is always logged)."""
+    upd_level: str = "token"
+    """Level of the policy ratio: token | seq (product, stop-grad token form) | geo (length-normalized)."""
+    correction: str = "none"
+    """Rollout-mismatch correction weights (reference §3.2): none | tis (truncate) | mis (mask)."""
+    corr_level: str = "token"
+    """Level of the correction value v = π_train(θ_old)/μ: token | seq (product) | geo."""
+    corr_upper: float = 2.0
+    """C (= U): TIS truncation / MIS upper bound on v."""
+    corr_lower: float | None = None
+    """MIS lower bound L on v; null means 1/C (verl's default; the ALP TIR scripts set 0.0)."""
+    mis_semantics: str = "paper"
+    """paper: w = v·1[L≤v≤U], rejected tokens stay in the denominator | verl: w = min(v, C), rejected leave it."""
+    corr_k1_quirk: bool = False
+    """verl compatibility: test the band on k1 = −log v as verl's *_k1 modes do (keeps v in [1/U, 1/L])."""
+    corr_veto: bool = False
+    """Reject a whole sequence if any token has v < corr_veto_threshold (older verl, slime)."""
+    corr_veto_threshold: float = 1e-4
+    """Per-token veto threshold on v."""
+    corr_batch_norm: bool = False
+    """Divide w by its batch mean (valid tokens at token level, non-empty rows at seq/geo level)."""
+
+
+@dataclass
+class PerturbConfig:
+    enabled: bool = False
+    """ALP: add σ_l·ε to the input hidden states of the selected decoder layers in the update forward only."""
+    layers: str = "all"
+    """Perturbed decoder layers: all, or inclusive ranges / indices such as 0-5 or 0-5,12-17."""
+    logits_only: bool = False
+    """Ablation: perturb only the final logits (one σ), not hidden states; `layers` is then ignored."""
+    sigma_init: float = 1e-6
+    """σ0, the initial noise scale (log σ = log σ0); the ALP TIR recipe uses 1e-6, single-turn 0.02."""
+    learnable: bool = True
+    """Learn log σ_l from the RL loss (own AdamW param group); false keeps σ fixed."""
+    lr: float = 5e-4
+    """η_σ, learning rate of the log σ param group (TIR 5e-4, single-turn 1e-2)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay on log σ (the ALP code applies the policy's 0.01, pulling σ toward 1)."""
 
 
 @dataclass
@@ -154,13 +192,18 @@ class TrainConfig:
     eval_every: int = 0
     """Held-out evaluation every N steps (0: only at the end)."""
     eval_tasks: int = 200
-    """Held-out (test split) tasks for evaluation, greedy decoding."""
+    """Held-out (test split) tasks for evaluation (at most 500: the size of the test split)."""
+    eval_samples: int = 2
+    """Samples per held-out task; success is averaged over them (avg@k, as the ALP paper's average@32)."""
+    eval_greedy: bool = False
+    """Greedy decoding for evaluation instead of sampling at the rollout temperature."""
     wandb: bool = False
     """Also log to Weights & Biases (needs `pip install wandb`)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
+    perturb: PerturbConfig = field(default_factory=PerturbConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
 
@@ -276,7 +319,9 @@ def build_config(config_path: str | Path | None = None, overrides: list[str] = (
     if algorithm is not None:
         if algorithm not in algorithm_presets():
             raise ConfigError(f"unknown algorithm '{algorithm}'; valid: {', '.join(algorithm_presets())}")
-        _apply(cfg, {"algo": {"name": algorithm, **load_yaml(CONFIG_DIR / "algorithms" / f"{algorithm}.yaml")}})
+        preset = load_yaml(CONFIG_DIR / "algorithms" / f"{algorithm}.yaml")
+        perturb = preset.pop("perturb", {})  # a preset may also fill the perturbation section (ALP)
+        _apply(cfg, {"algo": {"name": algorithm, **preset}, "perturb": perturb})
     _apply(cfg, cli)
     return cfg
 

@@ -12,26 +12,10 @@ from typing import Any
 
 from rich.console import Console
 
-from agents.rollout import RolloutLimits
-from evaluation.evaluate import evaluation_records, summarize
 from evaluation.report import write_report
-from trainer.components import Components
 from trainer.config import TrainConfig
 from trainer.loop import train
 from trainer.sft import run_sft
-
-
-def make_evaluator(cfg: TrainConfig, run_dir: Path):
-    """Held-out (test split) greedy evaluation, records saved per step under `<run>/eval/`."""
-    limits = RolloutLimits(cfg.rollout.max_new_tokens, cfg.rollout.max_response_tokens, cfg.rollout.max_obs_tokens)
-
-    def evaluate(c: Components, step: int) -> dict[str, float]:
-        records = evaluation_records(c.engine, c.agent, c.envs, "test", cfg.eval_tasks, limits, pool=c.pool)
-        (run_dir / "eval").mkdir(parents=True, exist_ok=True)
-        (run_dir / "eval" / f"step_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-        return summarize(records, "eval")
-
-    return evaluate
 
 
 def run_demo(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any]:
@@ -44,7 +28,7 @@ def run_demo(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any]
     console.print(f"SFT model: {sft_dir}  ({sft_meta['num_parameters'] / 1e6:.2f} M parameters, "
                   f"expert data success {sft_meta['expert_success']:.2f})")
     console.rule("[bold]2/3 GRPO on the TIR environment")
-    results = train(cfg, evaluate_fn=make_evaluator(cfg, run_dir), evaluate_at_start=True)
+    results = train(cfg, evaluate_at_start=True)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     before = next(r["eval/success"] for r in records if r["step"] == 0)
     after = results[-1].metrics["eval/success"]

@@ -10,16 +10,17 @@ agent) are built by `trainer/components.py`.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from agents.rollout import RolloutLimits, run_episodes
 from agents.trajectory import Trajectory
+from evaluation.evaluate import evaluation_records, summarize
 from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from trainer.components import Components, build_components, episode_specs
@@ -96,12 +97,24 @@ def train_step(c: Components, cfg: TrainConfig, step: int) -> StepResult:
     return StepResult(step, metrics)
 
 
+def evaluate(c: Components, cfg: TrainConfig, step: int) -> dict[str, float]:
+    """Held-out (test split) evaluation; per-episode records go to `<run>/eval/step_<k>.jsonl`."""
+    limits = RolloutLimits(cfg.rollout.max_new_tokens, cfg.rollout.max_response_tokens, cfg.rollout.max_obs_tokens)
+    records = evaluation_records(c.engine, c.agent, c.envs, "test", cfg.eval_tasks, limits,
+                                 samples_per_task=cfg.eval_samples, greedy=cfg.eval_greedy, seed=cfg.seed,
+                                 pool=c.pool)
+    out = Path(cfg.output_dir) / "eval"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"step_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return summarize(records, "eval")
+
+
 def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
-          evaluate_fn: Any = None, evaluate_at_start: bool = False) -> list[StepResult]:
+          evaluate_at_start: bool = False) -> list[StepResult]:
     """Run `cfg.steps` RL iterations (continuing from the latest checkpoint with `resume`).
 
-    `evaluate_fn(components, step) -> dict` is called every `eval_every` steps and at the end, and at
-    step 0 (before any update, logged as the step-0 record) with `evaluate_at_start`.
+    With `eval_tasks > 0`, held-out evaluation runs every `eval_every` steps and after the last step,
+    and with `evaluate_at_start` also before any update (logged as the step-0 record).
     """
     run_dir = Path(cfg.output_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -113,13 +126,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb, config=to_dict(cfg))
     results = []
     try:
-        if evaluate_fn and evaluate_at_start and start == 0:
-            logger.log(0, evaluate_fn(c, 0))
+        if cfg.eval_tasks and evaluate_at_start and start == 0:
+            logger.log(0, evaluate(c, cfg, 0))
         with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress) as bar:
             for step in range(start + 1, cfg.steps + 1):
                 result = train_step(c, cfg, step)
-                if evaluate_fn and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
-                    result.metrics |= evaluate_fn(c, step)
+                if cfg.eval_tasks and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
+                    result.metrics |= evaluate(c, cfg, step)
                 logger.log(step, result.metrics)
                 results.append(result)
                 if step % cfg.save_every == 0 or step == cfg.steps:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -105,7 +106,9 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     if not force and meta_path.exists() and json.loads(meta_path.read_text()).get("fingerprint") == fingerprint:
         return out
     torch.manual_seed(cfg.seed)
+    t0 = time.monotonic()
     episodes = collect_expert_data(cfg, show_progress)
+    t1 = time.monotonic()
     agent_style = cfg.env.style
     corpus = [TIRAgent.system_prompt_for(agent_style)] + [ep.question for ep in episodes]
     corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
@@ -115,10 +118,12 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     agent = TIRAgent(tokenizer, style=agent_style)
     data = [episode_tokens(agent, ep, tokenizer.convert_tokens_to_ids("<|im_end|>")) for ep in episodes]
     losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress)
+    t2 = time.monotonic()
     save_pretrained(model, tokenizer, out)
     meta = {"fingerprint": fingerprint, "num_examples": len(data), "final_loss": losses[-1],
             "expert_success": sum(ep.reward for ep in episodes) / len(episodes),
-            "num_parameters": sum(p.numel() for p in model.parameters())}
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+            "expert_data_seconds": round(t1 - t0, 1), "train_seconds": round(t2 - t1, 1)}
     meta_path.write_text(json.dumps(meta, indent=2))
     return out
 

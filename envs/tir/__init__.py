@@ -1,0 +1,10 @@
+"""Tool-integrated-reasoning math: task generator, grading, TIR styles, the env and its scripted expert."""
+
+from envs.tir.env import TIRMathEnv
+from envs.tir.expert import expert_turns
+from envs.tir.grading import extract_boxed, grade
+from envs.tir.styles import STYLES, get_style
+from envs.tir.tasks import TASK_TYPES, TIRTask, generate_task
+
+__all__ = ["STYLES", "TASK_TYPES", "TIRMathEnv", "TIRTask", "expert_turns", "extract_boxed", "generate_task",
+           "get_style", "grade"]

@@ -1,0 +1,49 @@
+"""Task splits and seed derivation shared by the household and webshop environments.
+
+A task is addressed by `(split, task_id)`. Splits follow WebShop's index convention on one global index line —
+test 0–499, valid 500–1499, train 1500 and up — so they are disjoint by construction; the generator's seed is a
+hash of (env tag, global index, extra parts), independent of Python's hash randomization and of the process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+
+SPLIT_OFFSETS: dict[str, int] = {"test": 0, "valid": 500, "train": 1500}
+# Number of tasks in each split; train is open-ended (any task_id >= 0 is valid), and `default_size` bounds
+# the task_ids drawn from `np_random` when `reset` gets no task_id.
+SPLIT_SIZES: dict[str, int | None] = {"test": 500, "valid": 1000, "train": None}
+
+
+def check_split(split: object) -> str:
+    """Return `split` if it names a split, else raise one clear error."""
+    if split not in SPLIT_OFFSETS:
+        raise ValueError(f"split={split!r} is not a split; use one of {sorted(SPLIT_OFFSETS)}")
+    return str(split)
+
+
+def split_size(split: str, default_train: int) -> int:
+    """Number of task ids `reset` draws from when no task_id is given (train uses `default_train`)."""
+    size = SPLIT_SIZES[check_split(split)]
+    return default_train if size is None else size
+
+
+def global_index(split: str, task_id: object) -> int:
+    """Map `(split, task_id)` onto the global index line; raises ValueError for an id outside the split."""
+    check_split(split)
+    try:
+        task_id = operator.index(task_id)  # accepts numpy integers, refuses floats and strings
+    except TypeError:
+        raise ValueError(f"options['task_id']={task_id!r} must be a non-negative integer") from None
+    size = SPLIT_SIZES[split]
+    if task_id < 0 or (size is not None and task_id >= size):
+        upper = "inf" if size is None else str(size - 1)
+        raise ValueError(f"options['task_id']={task_id} is outside split {split!r} (valid ids: 0..{upper})")
+    return SPLIT_OFFSETS[split] + task_id
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from the `repr` of the parts (stable across processes and Python runs)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1

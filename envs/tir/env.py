@@ -1,0 +1,225 @@
+"""`alprl/TIRMath-v0`: multi-turn math with a Python tool (reference/environments.md §0 and §1)."""
+
+from __future__ import annotations
+
+import string
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from envs.tir.execution import EXEC_MODES, run_block
+from envs.tir.expert import expert_code_turn
+from envs.tir.grading import grade
+from envs.tir.styles import get_style
+from envs.tir.tasks import SPLIT_RANGES, TIRTask, generate_task, task_from_id
+from sandbox.client import make_runner
+from sandbox.types import CodeRunner, ExecutionResult
+
+OBS_MAX_CHARS = 32768
+ACTION_MAX_CHARS = 65536
+EXTRA_CHARS = "×÷·√π∞≤≥≠≈±−²³"  # math symbols a tool may print and a policy may read as they are
+CHARSET = string.printable + EXTRA_CHARS
+_CHARSET = frozenset(CHARSET)
+_TRAIN_INDEX_SPAN = 2**31  # reset() without an index draws train indices from [1500, 1500 + 2^31)
+
+
+def to_observation(text: str) -> str:
+    """Keep an observation inside the observation space: other characters become `\\uXXXX` escapes
+    (deterministic, and still readable), and over-long text is cut with a marker."""
+    if not _CHARSET.issuperset(text):
+        text = "".join(ch if ch in _CHARSET else ascii(ch)[1:-1] for ch in text)
+    if len(text) > OBS_MAX_CHARS:
+        marker = "\n...(observation truncated)...\n"
+        keep = (OBS_MAX_CHARS - len(marker)) // 2
+        text = text[:keep] + marker + text[-keep:]
+    return text
+
+
+class TIRMathEnv(gym.Env):
+    """Solve a generated math problem, optionally running Python code through a sandbox.
+
+    ## Observation
+    `Text(32768, min_length=0, charset=string.printable + a few math symbols)`. After `reset`: the problem
+    text (e.g. "Compute 4821 * 937."); the agent adds the system prompt (`envs.tir.styles`) and chat template.
+    After a code turn: the formatted execution result of the style (e.g. "\\nCode execution result: 4517277\\n").
+    After the last step: "". Characters outside the charset are escaped (`\\u00e9`).
+
+    ## Action
+    `Text(65536, min_length=0, charset=...)`: the text of one assistant turn, which ends at the style's stop
+    string when it calls the tool. Any `str` is accepted (other characters included); nothing raises.
+
+    ## Reward
+    1.0 on the step that gives a correct `\\boxed{}` answer (math-verify against the gold answer), else 0.0.
+
+    ## Episode End
+    Terminated: the turn has a `\\boxed{` outside code (graded; that turn's code is not run); simpletir's
+    `final_answer(x)` printed `\\boxed{x}` (graded from stdout); or a void turn (neither code nor answer:
+    `info["void_turn"] = True`, reward 0). Truncated: `max_turns` turns without an answer, or (torl) a code
+    turn after the tool-call budget is spent; reward 0.
+
+    ## Info
+    Every step: `admissible_commands` ([]), `won`, `task_score` (0/1), `task_id`, `task_type`, `difficulty`,
+    `step` (turns so far), `invalid_action` (void or after-end step), `void_turn`, `num_tool_calls`,
+    `tool_statuses` (Success|Failed|TimeLimitExceeded|SandboxError per call), `sandbox_error` (this step),
+    `extracted_answer` (the policy's last boxed answer, "" if none); `replay_failed` in replay mode;
+    `expert_plan` (the code turn of the scripted solver) when `expert=True`. The gold answer never appears.
+
+    ## Arguments
+    - `style`: "simpletir" (default) | "torl" | "hermes" (code format, observation, truncation, stop strings).
+    - `split`: "train" | "valid" | "test": where `reset()` draws tasks (options may override).
+    - `max_turns`: assistant turns per episode (SimpleTIR: 5 train, 10 eval).
+    - `runner`: a `sandbox.types.CodeRunner`; None builds one with `sandbox.client.make_runner(sandbox_url)`.
+    - `sandbox_url`: None = in-process `LocalExecutor`, else the HTTP sandbox.
+    - `exec_mode`: "stateless" (fresh process per block) | "replay" (earlier successful blocks re-run first).
+    - `run_timeout_s`, `memory_limit_mb`: per-call sandbox limits (SimpleTIR: 3 s, 1024 MB).
+    - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.TASK_TYPES` or None (all).
+    - `expert`: put the scripted solver's code turn in `info["expert_plan"]` (SFT/debugging, never during RL).
+    - `render_mode`: None | "ansi" (`render()` returns the current observation).
+
+    Reset options: `split`, `index` (global task index, e.g. test 0-499), `task_id` (as in `info["task_id"]`),
+    `task_type` (restrict this reset to one type). Same seed and options => same task, obs and info.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, style: str = "simpletir", split: str = "train", max_turns: int = 5,
+                 runner: CodeRunner | None = None, sandbox_url: str | None = None, exec_mode: str = "stateless",
+                 run_timeout_s: float = 3.0, memory_limit_mb: int = 1024, difficulty: int | None = None,
+                 task_types: Sequence[str] | None = None, expert: bool = False, render_mode: str | None = None):
+        self.style = get_style(style)
+        _check_choice("split", split, SPLIT_RANGES)
+        _check_choice("exec_mode", exec_mode, EXEC_MODES)
+        _check_choice("render_mode", render_mode, [None, *self.metadata["render_modes"]])
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if not run_timeout_s > 0 or not memory_limit_mb > 0:
+            raise ValueError(f"run_timeout_s and memory_limit_mb must be > 0, got {run_timeout_s!r}, "
+                             f"{memory_limit_mb!r}")
+        self.task_types = tuple(task_types) if task_types else None
+        generate_task("test", 0, difficulty=difficulty, task_types=self.task_types)  # validates the filters
+        self.split, self.max_turns, self.exec_mode = split, max_turns, exec_mode
+        self.run_timeout_s, self.memory_limit_mb = float(run_timeout_s), int(memory_limit_mb)
+        self.difficulty, self.expert, self.render_mode = difficulty, bool(expert), render_mode
+        self.observation_space = spaces.Text(OBS_MAX_CHARS, min_length=0, charset=CHARSET)
+        self.action_space = spaces.Text(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
+        self._owns_runner = runner is None
+        self._runner: CodeRunner | None = runner if runner is not None else make_runner(sandbox_url)
+        self._task: TIRTask | None = None
+        self._start_episode(None)
+
+    # ------------------------------------------------------------------ gymnasium API
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        task = self._pick_task(dict(options or {}))
+        self._start_episode(task)
+        self._obs = to_observation(task.question)
+        return self._obs, self._info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        if self._task is None:
+            raise RuntimeError("TIRMathEnv.step() called before reset(); call reset() first")
+        if self._done:  # stepping a finished episode: a no-op, never an error
+            return self._obs, 0.0, self._terminated, self._truncated, self._info(invalid=True)
+        text = action if isinstance(action, str) else str(action)
+        self._turn += 1
+        parsed = self.style.parse_turn(text)
+        if parsed.answered:
+            return self._finish(parsed.answer, obs="")
+        if parsed.code is None:  # void turn: neither code nor answer
+            self._terminated, self._done, self._obs = True, True, ""
+            return self._obs, 0.0, True, False, self._info(invalid=True, void=True)
+        budget = self.style.max_tool_calls
+        if budget is not None and self._num_tool_calls >= budget:
+            self._truncated, self._done, self._obs = True, True, ""
+            return self._obs, 0.0, False, True, self._info(invalid=True)
+        result, sandbox_error = self._run(parsed.code)
+        obs = to_observation(self.style.format_observation(result, text))
+        answered, answer = self.style.stdout_answer(result)
+        if answered:
+            return self._finish(answer, obs=obs, sandbox_error=sandbox_error)
+        self._obs = obs
+        if self._turn >= self.max_turns:
+            self._truncated, self._done = True, True
+        return obs, 0.0, False, self._truncated, self._info(sandbox_error=sandbox_error)
+
+    def render(self) -> str:
+        return self._obs
+
+    def close(self) -> None:
+        if self._owns_runner and self._runner is not None:
+            self._runner.close()
+        self._runner = None
+
+    # ------------------------------------------------------------------ internals
+
+    def _pick_task(self, options: dict[str, Any]) -> TIRTask:
+        """The task of this reset: from `task_id`, from `index`, or drawn from `np_random`."""
+        if "task_id" in options:
+            return task_from_id(options["task_id"])
+        split = options.get("split", self.split)
+        _check_choice("options['split']", split, SPLIT_RANGES)
+        types = (options["task_type"],) if options.get("task_type") else self.task_types
+        if "index" in options:
+            index = options["index"]
+            if isinstance(index, bool) or not isinstance(index, int | np.integer):
+                raise ValueError(f"reset option 'index' must be an int task index, got {index!r}")
+            index = int(index)
+        else:
+            lo, hi = SPLIT_RANGES[split]
+            index = int(self.np_random.integers(lo, hi if hi is not None else lo + _TRAIN_INDEX_SPAN))
+        return generate_task(split, index, difficulty=self.difficulty, task_types=types)
+
+    def _start_episode(self, task: TIRTask | None) -> None:
+        self._task = task
+        self._obs = ""
+        self._turn = self._num_tool_calls = 0
+        self._statuses: list[str] = []
+        self._history: list[str] = []  # prepared blocks that succeeded (replay mode)
+        self._won = self._terminated = self._truncated = self._done = self._replay_failed = False
+        self._answer = ""
+
+    def _run(self, code: str) -> tuple[ExecutionResult, bool]:
+        """Run the turn's code in the configured mode; returns (ExecutionResult, sandbox_error)."""
+        block = self.style.prepare_code(code)
+        if self._runner is None:
+            result, failed = ExecutionResult("SandboxError", stderr="the env is closed; reset() a new env"), False
+        else:
+            seed = zlib.crc32(self._task.task_id.encode())
+            result, failed = run_block(self._runner, block, self._history, mode=self.exec_mode, seed=seed,
+                                       timeout_s=self.run_timeout_s, memory_limit_mb=self.memory_limit_mb)
+        self._num_tool_calls += 1
+        self._statuses.append(result.status)
+        self._replay_failed = self._replay_failed or failed
+        if result.status == "Success":
+            self._history.append(block)
+        return result, result.status == "SandboxError"
+
+    def _finish(self, answer: str | None, *, obs: str, sandbox_error: bool = False) -> tuple:
+        self._answer = answer or ""
+        self._won = grade(answer, self._task.answer)
+        self._terminated, self._done, self._obs = True, True, obs
+        return obs, float(self._won), True, False, self._info(sandbox_error=sandbox_error)
+
+    def _info(self, *, invalid: bool = False, void: bool = False, sandbox_error: bool = False) -> dict:
+        task = self._task
+        info = {"admissible_commands": [], "won": bool(self._won), "task_score": float(self._won),
+                "task_id": task.task_id, "task_type": task.task_type, "difficulty": task.difficulty,
+                "step": self._turn, "invalid_action": bool(invalid), "void_turn": bool(void),
+                "num_tool_calls": self._num_tool_calls, "tool_statuses": list(self._statuses),
+                "sandbox_error": bool(sandbox_error), "extracted_answer": self._answer}
+        if self.exec_mode == "replay":
+            info["replay_failed"] = bool(self._replay_failed)
+        if self.expert:
+            info["expert_plan"] = [expert_code_turn(task, self.style.name)]
+        return info
+
+
+def _check_choice(name: str, value: Any, valid: Sequence[Any] | dict) -> None:
+    if value not in valid:
+        raise ValueError(f"TIRMathEnv: unknown {name} {value!r}; valid: {', '.join(map(repr, valid))}")
+

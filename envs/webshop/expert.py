@@ -1,0 +1,104 @@
+"""WebShop experts: the oracle (score 1.0 within 10 steps) and an imperfect variant for SFT data.
+
+API
+    expert_action(env, rng=None, epsilon=0.0, wrong_option_p=0.0) -> str | None
+        The next action for a WebShopEnv (wrapped or not); None once the episode has ended. Stateless: it reads
+        the page state each call. Oracle (defaults): `search[{type query} {goal attributes}]`, `click[next >]` /
+        `click[< prev]` until the target ASIN is on the page, click it, click every goal option value that is
+        not selected, `click[buy now]`; off-track pages lead back (`< prev`, `back to search`). Imperfect: with
+        probability `epsilon` a random admissible click (on the search page: a search for a random subset of
+        the instruction's words); on the target page it fills only groups with no selection yet and picks a
+        wrong value with probability `wrong_option_p` (a mistake it does not notice). `rng`
+        (random.Random or numpy.random.Generator) is required when epsilon or wrong_option_p > 0.
+    rollout_oracle(shop, state, max_steps) -> (plan, won)
+        Runs the oracle on `state` in place (pass a copy).
+
+Step bound: search 1 + pages 4 + item 1 + option groups (<= 3) + buy 1 <= 10 (the generator guarantees the
+target is in the top 50 of the oracle's query).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from .pages import PRODUCT_WINDOW, clickables
+from .session import Shop, ShopState
+
+MAX_STEPS = 15
+
+
+def _randbelow(rng: Any, n: int) -> int:
+    if isinstance(rng, random.Random):
+        return rng.randrange(n)
+    return int(rng.integers(n))  # numpy.random.Generator
+
+
+def _options_step(shop: Shop, s: ShopState, wrong_option_p: float, rng: Any) -> str:
+    """The next option click on the target's page, or buy."""
+    values = shop.catalog.products[s.item].options
+    for group, want in sorted(shop.goal.goal_options.items()):
+        have = s.selected.get(group)
+        if have is None and wrong_option_p > 0 and rng.random() < wrong_option_p:
+            wrong = [v for v in values[group] if v != want]
+            return f"click[{wrong[_randbelow(rng, len(wrong))]}]"
+        if have is None or (have != want and wrong_option_p == 0):
+            return f"click[{want}]"
+    return "click[buy now]"
+
+
+def policy_step(shop: Shop, s: ShopState, wrong_option_p: float = 0.0, rng: Any = None) -> str | None:
+    """The expert's next action for state `s` (the oracle when wrong_option_p == 0)."""
+    goal = shop.goal
+    if s.page == "done":
+        return None
+    if s.page == "search":
+        return f"search[{goal.expert_query}]"
+    if s.page == "sub":
+        return "click[< prev]"
+    if s.page == "item":
+        return _options_step(shop, s, wrong_option_p, rng) if s.item == goal.target else "click[< prev]"
+    if goal.target not in s.results:  # results of some other query
+        return "click[back to search]"
+    want = s.results.index(goal.target) // PRODUCT_WINDOW + 1
+    if want == s.page_num:
+        return f"click[{goal.asin.lower()}]"
+    return "click[next >]" if want > s.page_num else "click[< prev]"
+
+
+def _random_action(env: Any, rng: Any) -> str:
+    shop, s = env.shop, env.state
+    clicks = [c for c in env.clickables if c != "search"]
+    if shop.has_search_bar(s) and (not clicks or s.page == "search"):
+        words = shop.goal.instruction_text.split()
+        k = 1 + _randbelow(rng, len(words))
+        return "search[" + " ".join(words[_randbelow(rng, len(words))] for _ in range(k)) + "]"
+    return f"click[{clicks[_randbelow(rng, len(clicks))]}]"
+
+
+def expert_action(env: Any, rng: Any = None, epsilon: float = 0.0, wrong_option_p: float = 0.0) -> str | None:
+    """The expert's next action (see the module docstring)."""
+    env = env.unwrapped
+    if env.shop is None:
+        raise ValueError("expert_action needs a reset environment (call env.reset() first)")
+    if (epsilon > 0 or wrong_option_p > 0) and rng is None:
+        raise ValueError("expert_action: pass rng (random.Random or numpy Generator) when epsilon or "
+                         "wrong_option_p > 0")
+    if env.state.page == "done":
+        return None
+    if epsilon > 0 and rng.random() < epsilon:
+        return _random_action(env, rng)
+    return policy_step(env.shop, env.state, wrong_option_p, rng)
+
+
+def rollout_oracle(shop: Shop, s: ShopState, max_steps: int = MAX_STEPS) -> tuple[list[str], bool]:
+    """Run the oracle on `s` in place; returns (actions taken, whether it bought with score 1.0)."""
+    plan: list[str] = []
+    for _ in range(max_steps):
+        action = policy_step(shop, s)
+        if action is None:
+            break
+        if not shop.apply(s, action, clickables(shop.elements(s))):
+            return plan, False
+        plan.append(action)
+    return plan, s.page == "done" and s.score == 1.0
