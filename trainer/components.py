@@ -19,6 +19,7 @@ import envs  # noqa: F401  (registers the alprl/* environments)
 from agents.agent_factory import make_agent
 from agents.engines.hf import HFEngine
 from agents.models import load_model_and_tokenizer
+from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent, EpisodeSpec
 from trainer.config import TrainConfig
 
@@ -33,7 +34,19 @@ class Components:
     agent: Agent
     envs: list[gym.Env]
     optimizer: torch.optim.Optimizer
+    perturbation: LayerwisePerturbation | None = None
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
+
+    def extra_state(self) -> dict:
+        """Trainer state that is not part of the HF model (never exported): the ALP log σ values."""
+        return {"perturbation": self.perturbation.state_dict() if self.perturbation else None}
+
+    def load_extra_state(self, state: dict) -> int:
+        """Restore `extra_state()` from a checkpoint's trainer state; returns the checkpoint's step."""
+        saved = state.get("extra", {}).get("perturbation")
+        if self.perturbation is not None and saved is not None:
+            self.perturbation.load_state_dict(saved)
+        return state["step"]
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -62,10 +75,25 @@ def make_envs(cfg: TrainConfig, n: int) -> list[gym.Env]:
     return [gym.make(cfg.env.id, **env_kwargs(cfg)) for _ in range(n)]
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def build_perturbation(model: torch.nn.Module, cfg: TrainConfig) -> LayerwisePerturbation | None:
+    if not cfg.perturb.enabled:
+        return None
+    p = cfg.perturb
+    return LayerwisePerturbation(model, p.layers, p.sigma_init, p.learnable, p.logits_only)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig,
+                    perturbation: LayerwisePerturbation | None = None) -> torch.optim.Optimizer:
+    """AdamW over the policy; ALP's log σ get their own param group (own lr and weight decay)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
-                             weight_decay=cfg.optim.weight_decay)
+    groups = [{"params": params}]
+    if perturbation is not None and perturbation.learnable:
+        groups.append(perturbation.param_group(cfg.perturb.lr, cfg.perturb.weight_decay))
+    optimizer = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
+                                  weight_decay=cfg.optim.weight_decay)
+    in_groups = [id(p) for g in optimizer.param_groups for p in g["params"]]
+    assert len(in_groups) == len(set(in_groups)), "a parameter is in two optimizer groups"
+    return optimizer
 
 
 def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: int | None = None) -> Components:
@@ -74,8 +102,10 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
     engine = HFEngine(model, tokenizer, dtype=cfg.rollout.dtype, temperature=cfg.rollout.temperature,
                       top_p=cfg.rollout.top_p)
     n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    perturbation = build_perturbation(model, cfg)
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),
-                      envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg))
+                      envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
+                      perturbation=perturbation)
 
 
 def episode_specs(cfg: TrainConfig, split: str, step: int, num_tasks: int, group_size: int) -> list[EpisodeSpec]:

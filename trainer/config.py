@@ -39,6 +39,8 @@ class ModelConfig:
     """Tiny model: attention heads (head_dim = hidden_size / num_heads)."""
     num_kv_heads: int = 2
     """Tiny model: key/value heads (grouped-query attention)."""
+    intermediate_size: int = 688
+    """Tiny model: MLP width (about 2.7 × hidden_size, as Qwen2)."""
     vocab_size: int = 1024
     """Tiny model: BPE vocabulary size of the tokenizer trained on the SFT corpus."""
 
@@ -83,6 +85,18 @@ class RolloutConfig:
     """Distinct tasks per rollout batch."""
     group_size: int = 8
     """Samples per task (GRPO group size G)."""
+    gpu_memory_utilization: float = 0.5
+    """vLLM on GPU: share of GPU memory for sampler weights + KV cache (the trainer needs the rest)."""
+    tensor_parallel_size: int = 1
+    """vLLM: GPUs per rollout engine (tensor parallelism)."""
+    quantization: str = ""
+    """vLLM sampler weight quantization, a mismatch knob: empty (none) | fp8 (GPU)."""
+    kv_cache_dtype: str = "auto"
+    """vLLM KV-cache dtype, a mismatch knob: auto (= dtype) | fp8 (GPU)."""
+    max_model_len: int = 0
+    """vLLM context length (prompt + response tokens); 0: the model config's maximum."""
+    enable_sleep_mode: bool = False
+    """vLLM on GPU: free sampler weights + KV cache while the trainer updates (no effect on CPU)."""
 
 
 @dataclass
@@ -111,10 +125,10 @@ class AlgoConfig:
     """Rollout-mismatch correction weights (reference §3.2): none | tis (truncate) | mis (mask)."""
     corr_level: str = "token"
     """Level of the correction value v = π_train(θ_old)/μ: token | seq (product) | geo."""
-    corr_upper: float = 2.0
-    """C (= U): TIS truncation / MIS upper bound on v."""
+    corr_upper: float = 5.0
+    """C (= U): TIS truncation / MIS upper bound on v (ALP TIR scripts 5; verl's config default is 2)."""
     corr_lower: float | None = None
-    """MIS lower bound L on v; null means 1/C (verl's default; the ALP TIR scripts set 0.0)."""
+    """MIS lower bound L on v; null: 0 with paper semantics (ALP TIR scripts), 1/C with verl semantics."""
     mis_semantics: str = "paper"
     """paper: w = v·1[L≤v≤U], rejected tokens stay in the denominator | verl: w = min(v, C), rejected leave it."""
     corr_k1_quirk: bool = False

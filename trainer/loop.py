@@ -26,7 +26,9 @@ from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_check
 from trainer.components import Components, build_components, episode_specs
 from trainer.config import TrainConfig, to_dict
 from trainer.logger import MetricLogger
-from trainer.metrics import mean_of, mismatch_metrics, rollout_metrics
+from trainer.metrics import mean_of, rollout_metrics
+from trainer.mismatch_metrics import mismatch_diagnostics
+from trainer.objective import prepare_corrections
 from trainer.progress import progress_bar
 from trainer.types import Batch, collate
 from trainer.update import minibatch_rows, old_logprobs, update_policy
@@ -74,8 +76,9 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
     gen = torch.Generator().manual_seed(step_seed(cfg, step))
     records = [update_policy(c.model, c.optimizer, batch, rows, algo=cfg.algo,
                              temperature=cfg.rollout.temperature, micro_batch_size=cfg.optim.micro_batch_size,
-                             grad_clip=cfg.optim.grad_clip)
-               for rows in minibatch_rows(len(batch), cfg.optim.num_minibatches, gen)]
+                             grad_clip=cfg.optim.grad_clip, perturbation=c.perturbation,
+                             noise_base=(step * cfg.optim.num_minibatches + k) * 1000)
+               for k, rows in enumerate(minibatch_rows(len(batch), cfg.optim.num_minibatches, gen))]
     metrics = mean_of(records)
     metrics["actor/grad_norm_nonfinite"] = sum(r["actor/grad_norm_nonfinite"] for r in records)
     metrics["loss/first_minibatch"] = records[0]["loss/policy"]
@@ -91,7 +94,8 @@ def train_step(c: Components, cfg: TrainConfig, step: int) -> StepResult:
     batch = make_batch(c, cfg, trajs)
     metrics = rollout_metrics(trajs) | compute_advantages(batch, cfg)
     batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
-    metrics |= mismatch_metrics(batch)
+    metrics |= prepare_corrections(cfg.algo, batch)
+    metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
     metrics |= update(c, cfg, batch, step)
     sync_weights(c)
     return StepResult(step, metrics)
@@ -122,7 +126,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
         raise FileNotFoundError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; run without --resume")
     seed_everything(cfg.seed)
     c = build_components(cfg, init_from=str(ckpt) if ckpt else None)
-    start = load_trainer_state(ckpt, c.optimizer)["step"] if ckpt else 0
+    start = c.load_extra_state(load_trainer_state(ckpt, c.optimizer)) if ckpt else 0
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb, config=to_dict(cfg))
     results = []
     try:
@@ -136,7 +140,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
                 logger.log(step, result.metrics)
                 results.append(result)
                 if step % cfg.save_every == 0 or step == cfg.steps:
-                    save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer)
+                    save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer, extra=c.extra_state())
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
     finally:
         logger.close()

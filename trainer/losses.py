@@ -8,6 +8,17 @@ Every entry has the signature
 and returns the *unaggregated* loss (already multiplied by detached correction weights); `aggregate`
 reduces it. `POLICY_LOSSES` at the bottom is the only way to pick one.
 
+Keyword hyperparameters carry the names of `AlgoConfig` fields (`trainer/objective.py` fills them by
+name). Rollout-mismatch corrections (TIS / MIS, reference §3.2) are not separate losses: they are the
+detached `weights` (and the rejection mask passed as `mask`) computed once per rollout batch by
+`trainer/corrections.py`, so any entry combines with any correction (e.g. Token-MIS = `ppo_clip` with
+`upd_level=token` + seq MIS weights; Seq-ALP = `bypass` with `upd_level=seq` + perturbed `logp`).
+
+Ratio levels (reference §1): token `Δ_bt`; seq = product `S_b = Σ_t m Δ_bt`; geo = `S_b / n_b`. Sequence
+values are broadcast in the stop-gradient form `sg[S_b] + logp_bt − sg[logp_bt]` (GSPO-token form), then
+clamped to ±20 before exp. Guards: masked positions are replaced by 0 before any arithmetic, so NaN/inf
+log-probs on tokens with m = 0 can never leak into the loss.
+
 Legend: B trajectories, T response positions. `mask` is the loss mask m (1 only on sampled tokens).
 Notation follows shared reference/algorithms.md §1–§2.
 """
@@ -20,6 +31,32 @@ import torch
 from torch import Tensor
 
 LOG_RATIO_CLAMP = 20.0  # e^20 ≈ 4.9e8: the ±20 safety bound used by verl before exp
+GSPO_LOG_RATIO_MAX = 10.0  # verl compute_policy_loss_gspo bounds log s from above at 10
+RATIO_LEVELS = ("token", "seq", "geo")
+KL_KINDS = ("k1", "kl", "k2", "mse", "k3", "low_var_kl")
+
+
+def masked_fill_zero(x: Tensor, mask: Tensor) -> Tensor:
+    """x where m = 1, exactly 0 elsewhere (also when x is NaN/inf there, unlike x·m)."""
+    return torch.where(mask > 0, x, torch.zeros_like(x))
+
+
+def level_log_ratio(delta: Tensor, mask: Tensor, level: str) -> Tensor:
+    """Per-token log-ratio at `level` (token | seq | geo), in stop-gradient form for seq/geo.
+
+    delta = logp − denominator (B, T), grad through logp only. seq: sg[S_b] + Δ_bt − sg[Δ_bt] with
+    S_b = Σ_t m Δ_bt, so every token carries the sequence value and ∂/∂θ = ∇ log π(y_bt); geo uses
+    S_b / max(n_b, 1). Returns (B, T), 0 where m = 0 (not yet clamped).
+    """
+    delta = masked_fill_zero(delta, mask)  # (B, T)
+    if level == "token":
+        return delta
+    total = delta.sum(-1, keepdim=True)  # (B, 1): S_b
+    if level == "geo":
+        total = total / mask.sum(-1, keepdim=True).clamp(min=1.0)  # (B, 1): S̄_b
+    elif level != "seq":
+        raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+    return masked_fill_zero(total.detach() + delta - delta.detach(), mask)  # (B, T)
 
 
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -67,7 +104,7 @@ def dual_clip_surrogate(log_ratio: Tensor, advantages: Tensor, mask: Tensor, *, 
     """
     if clip_dual is not None and clip_dual <= 1.0:
         raise ValueError(f"clip_dual (dual-clip constant c) must be > 1, got {clip_dual}")
-    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    log_ratio = masked_fill_zero(log_ratio, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio) * mask  # (B, T); r = 0 where m = 0
     loss1 = -advantages * ratio
     loss2 = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
@@ -79,35 +116,96 @@ def dual_clip_surrogate(log_ratio: Tensor, advantages: Tensor, mask: Tensor, *, 
         per_token = clipped
     with torch.no_grad():
         m = mask.to(ratio.dtype)
+        high = ((advantages > 0) & (ratio > 1 + clip_high)).to(m.dtype)  # (B, T)
+        low = ((advantages < 0) & (ratio < 1 - clip_low)).to(m.dtype)
+        dual = ((advantages < 0) & (ratio > clip_dual)).to(m.dtype) if clip_dual is not None else 0 * m
+        outside = ((ratio < 1 - clip_low) | (ratio > 1 + clip_high)).to(m.dtype)
         metrics = {
-            "clip_high": masked_mean(((advantages > 0) & (ratio > 1 + clip_high)).to(m.dtype), m).item(),
-            "clip_low": masked_mean(((advantages < 0) & (ratio < 1 - clip_low)).to(m.dtype), m).item(),
-            "clip_dual": (masked_mean(((advantages < 0) & (ratio > clip_dual)).to(m.dtype), m).item()
-                          if clip_dual is not None else 0.0),
+            "clip_high": masked_mean(high, m).item(),
+            "clip_low": masked_mean(low, m).item(),
+            "clip_dual": masked_mean(dual, m).item(),
+            "pg_clipfrac": masked_mean(high + low, m).item(),  # verl: 1[L2 > L1]
+            "pg_clipfrac_lower": masked_mean(dual, m).item(),  # verl's name for the dual-clip fraction
+            "out_of_band": masked_mean(outside, m).item(),
             "ppo_kl": masked_mean(-log_ratio, m).item(),
             "ratio_mean": masked_mean(ratio, m).item(),
         }
-    return per_token * mask, metrics
+    return masked_fill_zero(per_token, mask), metrics
+
+
+def _apply_weights(per_token: Tensor, weights: Tensor | None) -> Tensor:
+    return per_token if weights is None else per_token * weights.detach()
 
 
 def ppo_clip(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
              weights: Tensor | None = None, clip_low: float = 0.2, clip_high: float = 0.28,
-             clip_dual: float | None = 3.0) -> tuple[Tensor, dict[str, float]]:
-    """GRPO / PPO token-level clipped surrogate on r = exp(logp − old_logp) (reference §3.1).
+             clip_dual: float | None = 3.0, upd_level: str = "token") -> tuple[Tensor, dict[str, float]]:
+    """GRPO / decoupled PPO dual-clip on the update ratio r = π_θ/π_θold (reference §3.1, §3.2).
 
-    `rollout_logp` is unused here (no mismatch correction); `weights` (B, T) are detached correction
-    weights applied to the per-token loss (1 if None).
+    upd_level token: r_bt = exp⟦logp − old_logp⟧ (GRPO, arXiv 2402.03300); seq: product of token ratios in
+    stop-grad form (Seq-MIS's update ratio); geo: geometric mean. `rollout_logp` is unused (the
+    mismatch enters only through `weights` (B, T), detached TIS/MIS weights, 1 if None).
     """
-    per_token, metrics = dual_clip_surrogate(logp - old_logp, advantages, mask, clip_low=clip_low,
+    log_ratio = level_log_ratio(logp - old_logp, mask, upd_level)  # (B, T)
+    per_token, metrics = dual_clip_surrogate(log_ratio, advantages, mask, clip_low=clip_low,
                                              clip_high=clip_high, clip_dual=clip_dual)
-    if weights is not None:
-        per_token = per_token * weights.detach()
-    return per_token, metrics
+    return _apply_weights(per_token, weights), metrics
+
+
+def bypass(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+           weights: Tensor | None = None, clip_low: float = 0.5, clip_high: float = 3.0,
+           clip_dual: float | None = 3.0, upd_level: str = "seq") -> tuple[Tensor, dict[str, float]]:
+    """Bypass / ALP: one ratio against the inference policy, r = π_θ(,δ)/μ (reference §3.3, §3.5).
+
+    `old := rollout`: log r = ⟦logp − rollout_logp⟧ at `upd_level` (token: Token-Bypass/Token-ALP; seq:
+    stop-grad product, Seq-Bypass/Seq-ALP, arXiv 2603.19470). With ALP, `logp` comes from the perturbed
+    forward; the loss itself is the same, so ALP with σ ≡ 0 is Bypass exactly. `old_logp` is unused.
+    """
+    log_ratio = level_log_ratio(logp - rollout_logp, mask, upd_level)  # (B, T)
+    per_token, metrics = dual_clip_surrogate(log_ratio, advantages, mask, clip_low=clip_low,
+                                             clip_high=clip_high, clip_dual=clip_dual)
+    return _apply_weights(per_token, weights), metrics
+
+
+def gspo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+         weights: Tensor | None = None, clip_low: float = 3e-4,
+         clip_high: float = 4e-4) -> tuple[Tensor, dict[str, float]]:
+    """GSPO (arXiv 2507.18071 eq. 5–7; verl compute_policy_loss_gspo), reference §3.4.
+
+    log s_bt = sg[S̄_b] + logp_bt − sg[logp_bt] with S̄_b the length-normalized Σ_t m (logp − old_logp),
+    s = exp(min(log s, 10)); clipped to [1 − ε_lo, 1 + ε_hi] with no dual clip. Must be aggregated with
+    seq-mean-token-mean (see REQUIRED_AGG): with A constant per sequence this is the paper's sequence loss.
+    """
+    log_ratio = level_log_ratio(logp - old_logp, mask, "geo").clamp(max=GSPO_LOG_RATIO_MAX)  # (B, T)
+    per_token, metrics = dual_clip_surrogate(log_ratio, advantages, mask, clip_low=clip_low,
+                                             clip_high=clip_high, clip_dual=None)
+    return _apply_weights(per_token, weights), metrics
+
+
+def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tensor:
+    """Per-token KL-to-reference estimate (verl kl_penalty; http://joschu.net/blog/kl-approx.html), (B, T).
+
+    d = logp − ref_logp. k1 / kl: d. k2 / mse: ½d². k3 / low_var_kl: u = ⟦ref_logp − logp⟧,
+    e^u − u − 1, clamped to [−10, 10]. Aggregate it with `aggregate(·, m′)` and weight by β (reference §2.4).
+    """
+    if kind in ("k1", "kl"):
+        return logp - ref_logp
+    if kind in ("k2", "mse"):
+        return 0.5 * (logp - ref_logp).square()
+    if kind in ("k3", "low_var_kl"):
+        u = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        return (torch.exp(u) - u - 1).clamp(-10.0, 10.0)
+    raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join(KL_KINDS)}")
 
 
 POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "ppo_clip": ppo_clip,
+    "bypass": bypass,
+    "gspo": gspo,
 }
+
+# Aggregation a loss is only correct with (the objective refuses any other `loss_agg`).
+REQUIRED_AGG: dict[str, str] = {"gspo": "seq-mean-token-mean"}
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:

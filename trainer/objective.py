@@ -1,39 +1,108 @@
 """The per-micro-batch objective: policy loss from the registry + entropy term, aggregated.
 
-`update.py` calls `micro_batch_objective` for each micro-batch of a mini-batch; everything that decides
-*what* is optimized (loss choice, hyperparameters, correction weights) lives here, driven by
-`AlgoConfig` fields only (presets fill them; nothing branches on a preset's name).
+`L = agg(w ⊙ ℓ, m′) − β_H·agg(H, m′)` (reference §2.6; β = 0 KL-to-reference is not wired: no
+reference model in TIR). Everything that decides *what* is optimized lives here, driven by `AlgoConfig`
+fields only (presets fill them; nothing branches on a preset's name):
 
-Legend: b rows of the micro-batch, T response positions.
+- `prepare_corrections(algo, batch)`: once per rollout batch, after the old log-probs: correction weights
+  w and rejection mask m′ (`trainer/corrections.py`) stored on the batch as `corr_weights` / `corr_keep`.
+- `denominators(batch, rows)`: the mini-batch token / sequence counts over m′, so verl-semantics MIS
+  rejections leave the denominator and micro-batching cannot change the loss.
+- `micro_batch_objective(...)`: the scalar loss of one micro-batch and its metrics.
+
+Flat loss hyperparameters are taken *by name* from `AlgoConfig` (`loss_kwargs`): a registry entry's
+keyword `clip_low` receives `algo.clip_low`, and so on.
+
+Legend: B rows of the rollout batch, b rows of the micro-batch, T response positions.
 """
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from trainer.config import AlgoConfig
-from trainer.losses import aggregate, get_policy_loss, masked_mean
+from trainer.corrections import compute_correction
+from trainer.losses import REQUIRED_AGG, aggregate, get_policy_loss, masked_fill_zero, masked_mean
 from trainer.types import Batch
 
 
-def loss_kwargs(algo: AlgoConfig) -> dict:
-    """Flat hyperparameters for the registry entry (no config objects inside components)."""
-    return {"clip_low": algo.clip_low, "clip_high": algo.clip_high, "clip_dual": algo.clip_dual}
+def _keyword_names(fn) -> list[str]:
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+
+def loss_kwargs(algo: AlgoConfig, name: str | None = None) -> dict:
+    """Flat hyperparameters for registry entry `name` (default `algo.policy_loss`), by field name."""
+    fn = get_policy_loss(name or algo.policy_loss)
+    names = [n for n in _keyword_names(fn) if n != "weights"]
+    missing = [n for n in names if not hasattr(algo, n)]
+    if missing:
+        raise ValueError(f"policy loss {name or algo.policy_loss!r} takes {missing}, which AlgoConfig lacks; "
+                         "add the field(s) to AlgoConfig")
+    return {n: getattr(algo, n) for n in names}
+
+
+def correction_kwargs(algo: AlgoConfig) -> dict:
+    """Flat correction settings (`compute_correction` keywords are AlgoConfig field names)."""
+    return {n: getattr(algo, n) for n in _keyword_names(compute_correction)}
+
+
+def prepare_corrections(algo: AlgoConfig, batch: Batch) -> dict[str, float]:
+    """Compute w and m′ once for the rollout batch (needs `batch.old_logp`); returns `rollout_corr/*`."""
+    if batch.old_logp is None:
+        raise ValueError("prepare_corrections: batch.old_logp is None; run the old-log-prob stage first")
+    corr = compute_correction(batch.old_logp, batch.rollout_logp, batch.loss_mask, **correction_kwargs(algo))
+    batch.corr_weights = corr.weights  # (B, T)
+    batch.corr_keep = corr.keep  # (B, T)
+    return corr.metrics
+
+
+def effective_mask(batch: Batch) -> torch.Tensor:
+    """m′ when corrections were prepared, else the loss mask m, (B, T)."""
+    keep = getattr(batch, "corr_keep", None)
+    return batch.loss_mask if keep is None else keep
+
+
+def denominators(batch: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N_tok, B′) of the mini-batch `rows` over m′: valid tokens and non-empty rows (reference §2.3)."""
+    mask = effective_mask(batch)[rows]  # (b, T)
+    return mask.sum().clamp(min=1.0), (mask.sum(-1) > 0).sum().clamp(min=1).float()
+
+
+def _micro_correction(algo: AlgoConfig, sub: Batch) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(weights or None, m′) of a micro-batch: the prepared ones, else computed on the micro-batch.
+
+    Per-row corrections are pure functions of each row, so computing them here is exact; only batch
+    normalization needs the whole rollout batch.
+    """
+    weights, keep = getattr(sub, "corr_weights", None), getattr(sub, "corr_keep", None)
+    if keep is None:
+        if algo.corr_batch_norm:
+            raise ValueError("algo.corr_batch_norm needs prepare_corrections(algo, batch) once per rollout batch")
+        corr = compute_correction(sub.old_logp, sub.rollout_logp, sub.loss_mask, **correction_kwargs(algo))
+        weights, keep = corr.weights, corr.keep
+    return (None if algo.correction == "none" else weights), keep
 
 
 def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entropy: torch.Tensor, *,
                           n_tokens: torch.Tensor, n_seqs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss of one micro-batch (its share of the mini-batch loss) and its metrics.
 
-    logp, entropy: (b, T) from the update forward; `sub` carries old_logp, rollout_logp, advantages,
-    loss_mask (b, T). `n_tokens` / `n_seqs` are the mini-batch denominators.
+    logp, entropy: (b, T) from the update forward (perturbed for ALP); `sub` carries old_logp,
+    rollout_logp, advantages, loss_mask (b, T) and, once prepared, corr_weights / corr_keep.
+    `n_tokens` / `n_seqs` are the mini-batch denominators over m′ (`denominators`).
     """
+    required = REQUIRED_AGG.get(algo.policy_loss)
+    if required and algo.loss_agg != required:
+        raise ValueError(f"policy loss {algo.policy_loss!r} needs algo.loss_agg={required}, got {algo.loss_agg}")
     loss_fn = get_policy_loss(algo.policy_loss)
-    per_token, metrics = loss_fn(logp, sub.old_logp, sub.rollout_logp, sub.advantages, sub.loss_mask,
-                                 **loss_kwargs(algo))
-    loss = aggregate(per_token, sub.loss_mask, algo.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs)
+    weights, keep = _micro_correction(algo, sub)
+    old = masked_fill_zero(sub.old_logp, keep)  # non-finite log-probs of rejected tokens never reach the loss
+    rollout = masked_fill_zero(sub.rollout_logp, keep)
+    per_token, metrics = loss_fn(logp, old, rollout, sub.advantages, keep, weights=weights, **loss_kwargs(algo))
+    loss = aggregate(per_token, keep, algo.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs)
     if algo.entropy_coef:
-        loss = loss - algo.entropy_coef * aggregate(entropy, sub.loss_mask, algo.loss_agg,
-                                                    n_tokens=n_tokens, n_seqs=n_seqs)
+        loss = loss - algo.entropy_coef * aggregate(entropy, keep, algo.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs)
     metrics["entropy_update"] = masked_mean(entropy.detach(), sub.loss_mask).item()
     return loss, metrics

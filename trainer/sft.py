@@ -114,7 +114,8 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
     tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
     model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
-                             num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads, seed=cfg.seed)
+                             num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
+                             intermediate_size=cfg.model.intermediate_size, seed=cfg.seed)
     agent = TIRAgent(tokenizer, style=agent_style)
     data = [episode_tokens(agent, ep, tokenizer.convert_tokens_to_ids("<|im_end|>")) for ep in episodes]
     losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress)

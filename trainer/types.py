@@ -31,6 +31,8 @@ class Batch:
     group_ids:      (B,)   GRPO group of each row.
     advantages:     (B, T) filled by the advantage stage (A_b broadcast over t, times m).
     old_logp:       (B, T) trainer log-probs at rollout time (no grad), filled by the old-log-prob stage.
+    corr_weights:   (B, T) detached off-policy correction weights w (TIS/MIS), once per rollout batch.
+    corr_keep:      (B, T) m′ = m ⊙ keep: the loss mask after rejection (equals m without rejection).
     """
 
     input_ids: torch.Tensor
@@ -44,6 +46,8 @@ class Batch:
     group_ids: torch.Tensor
     advantages: torch.Tensor | None = None
     old_logp: torch.Tensor | None = None
+    corr_weights: torch.Tensor | None = None
+    corr_keep: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

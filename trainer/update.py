@@ -10,13 +10,15 @@ Legend: B trajectories in the rollout batch, T response positions.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 from torch import nn
 
+from agents.perturbation import LayerwisePerturbation, noise_seed
 from trainer.config import AlgoConfig
 from trainer.logprobs import compute_logprobs
-from trainer.objective import micro_batch_objective
+from trainer.objective import denominators, micro_batch_objective
 from trainer.types import Batch
 
 
@@ -51,27 +53,33 @@ def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Gener
 
 
 def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, rows: torch.Tensor, *,
-                  algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float) -> dict[str, float]:
-    """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`)."""
+                  algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float,
+                  perturbation: LayerwisePerturbation | None = None, noise_base: int = 0) -> dict[str, float]:
+    """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
+
+    With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
+    seeded per micro-batch (`noise_base + i`) so recomputation sees the same noise.
+    """
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    mask_all = batch.loss_mask[rows]
-    n_tokens = mask_all.sum().clamp(min=1.0)  # global denominators: micro-batching cannot change the loss
-    n_seqs = (mask_all.sum(-1) > 0).sum().clamp(min=1).float()
+    n_tokens, n_seqs = denominators(batch, rows)  # mini-batch denominators: micro-batching cannot change the loss
     sums: dict[str, float] = {}
     total_loss = 0.0
     real_tokens = padded_tokens = 0
-    for micro in _chunks(rows, micro_batch_size, batch):
+    for i, micro in enumerate(_chunks(rows, micro_batch_size, batch)):
         sub = batch.select(micro)
         real_tokens += int(sub.attention_mask.sum())
         padded_tokens += sub.input_ids.numel()
-        logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=True)
-        loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs)
-        loss.backward()
+        noise = perturbation.active(seed=noise_seed(noise_base + i)) if perturbation else nullcontext()
+        with noise:
+            logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=True)
+            loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs)
+            loss.backward()
         total_loss += loss.item()
         weight = sub.loss_mask.sum().item() / n_tokens.item()  # token-weighted average of micro metrics
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + weight * value
+    extra = perturbation.metrics() if perturbation else {}  # before the step: log σ gradient norm
     params = [p for group in optimizer.param_groups for p in group["params"]]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip).item()
     skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))
@@ -83,4 +91,5 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     out.update({"loss/policy": total_loss, "actor/grad_norm": grad_norm,
                 "actor/grad_norm_nonfinite": float(skipped),
                 "perf/real_token_frac": real_tokens / max(padded_tokens, 1)})
+    out.update(extra)
     return out

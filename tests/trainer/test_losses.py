@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainer.losses import AGG_MODES, POLICY_LOSSES, aggregate, get_policy_loss, ppo_clip
+from trainer.losses import AGG_MODES, POLICY_LOSSES, aggregate, get_policy_loss, kl_penalty, ppo_clip
 
 
 def _inputs(b=3, t=5, seed=0):
@@ -95,3 +95,112 @@ def test_aggregate_ignores_empty_rows(mode):
     with_empty = torch.cat([loss, torch.full((1, 4), 1e6)])
     mask_empty = torch.cat([mask, torch.zeros(1, 4)])
     assert aggregate(with_empty, mask_empty, mode).item() == pytest.approx(aggregate(loss, mask, mode).item())
+
+
+# ------------------------------------------------------------------ levels, bypass, GSPO, KL, guards
+
+
+def test_ppo_clip_seq_level_hand_computed():
+    # row 0: Δ_upd = [0.1, 0.2] → S = 0.3, r = e^0.3 = 1.3499 on both tokens > 1.28, A = +1 → −1.28, no grad
+    # row 1: Δ_upd = [0.05, −0.05] → S = 0, r = 1 on both tokens, A = +1 → −1; ∂(−A·r_bt)/∂logp_bt = −r = −1
+    old = torch.zeros(2, 2)
+    logp = torch.tensor([[0.1, 0.2], [0.05, -0.05]], requires_grad=True)
+    adv = torch.ones(2, 2)
+    loss, metrics = ppo_clip(logp, old, old, adv, torch.ones(2, 2), upd_level="seq")
+    assert torch.allclose(loss, torch.tensor([[-1.28, -1.28], [-1.0, -1.0]]), atol=1e-6)
+    loss.sum().backward()
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, 0.0], [-1.0, -1.0]]), atol=1e-6)
+    assert metrics["clip_high"] == pytest.approx(0.5)
+
+
+def test_ppo_clip_geo_level_and_masked_padding():
+    # row: Δ = [0.4, 0.2, (pad 9.0)] → S̄ = 0.6 / 2 = 0.3, r = e^0.3 = 1.34986 on valid tokens;
+    # A = −1: L1 = 1.34986, L2 = −A·clip(r, 0.8, 1.28) = 1.28 → max = 1.34986 (unclipped side), < c = 3
+    old = torch.zeros(1, 3)
+    logp = torch.tensor([[0.4, 0.2, 9.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss, _ = ppo_clip(logp, old, old, -torch.ones(1, 3) * mask, mask, upd_level="geo")
+    assert torch.allclose(loss, torch.tensor([[math.exp(0.3), math.exp(0.3), 0.0]]), atol=1e-5)
+
+
+def test_bypass_uses_rollout_denominator_hand_computed():
+    # token: log r = logp − rollout = [0.1, −1.0]; old_logp is ignored (set to garbage)
+    # A = +1: r0 = e^0.1 = 1.10517 inside [0.5, 4] → −1.10517; A = −1: r1 = e^−1 = 0.36788 < 0.5 → max(0.368, 0.5) = 0.5
+    logp = torch.tensor([[0.1, -1.0]], requires_grad=True)
+    rollout = torch.zeros(1, 2)
+    old = torch.full((1, 2), 123.0)
+    adv = torch.tensor([[1.0, -1.0]])
+    loss, metrics = get_policy_loss("bypass")(logp, old, rollout, adv, torch.ones(1, 2), clip_low=0.5,
+                                              clip_high=3.0, clip_dual=3.0, upd_level="token")
+    assert torch.allclose(loss, torch.tensor([[-math.exp(0.1), 0.5]]), atol=1e-6)
+    assert metrics["clip_low"] == pytest.approx(0.5) and metrics["out_of_band"] == pytest.approx(0.5)
+
+
+def test_gspo_hand_computed():
+    # row 0: Δ = [6e-4, 0] → S̄ = 3e-4, s = e^3e-4 = 1.0003 ∈ [1 − 3e-4, 1 + 4e-4], A = +1 → −1.0003 (grad −s)
+    # row 1: Δ = [2e-3, 0] → S̄ = 1e-3, s = 1.001 > 1.0004, A = +1 → clipped: −1.0004, no grad
+    # row 2: Δ = [4, 0] → S̄ = 2, s = e^2 = 7.389, A = −1: no dual clip → max(7.389, 0.9997) = 7.389
+    # row 3: Δ = [30, 0] → S̄ = 15, bounded at log s = 10 → s = e^10, A = −1 → e^10
+    old = torch.zeros(4, 2)
+    logp = torch.tensor([[6e-4, 0.0], [2e-3, 0.0], [4.0, 0.0], [30.0, 0.0]], requires_grad=True)
+    adv = torch.tensor([[1.0], [1.0], [-1.0], [-1.0]]).expand(4, 2)
+    loss, _ = get_policy_loss("gspo")(logp, old, old, adv, torch.ones(4, 2))
+    expected = torch.tensor([[-math.exp(3e-4)] * 2, [-1.0004] * 2, [math.exp(2)] * 2, [math.exp(10)] * 2])
+    assert torch.allclose(loss, expected, rtol=1e-5)
+    loss[:2].sum().backward()
+    assert torch.allclose(logp.grad[0], torch.full((2,), -math.exp(3e-4)), atol=1e-6)
+    assert torch.count_nonzero(logp.grad[1]) == 0
+
+
+def test_weights_multiply_the_per_token_loss():
+    # r = 1, A = +1 → ℓ = −1 per token; w = [2, 0.5] → [−2, −0.5]; weights are detached
+    logp = torch.zeros(1, 2, requires_grad=True)
+    w = torch.tensor([[2.0, 0.5]], requires_grad=True)
+    loss, _ = ppo_clip(logp, torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), weights=w)
+    assert torch.allclose(loss, torch.tensor([[-2.0, -0.5]]))
+    loss.sum().backward()
+    assert w.grad is None and torch.allclose(logp.grad, torch.tensor([[-2.0, -0.5]]))
+
+
+def test_kl_penalty_hand_computed():
+    # d = logp − ref = [0.5, −1]; k1 = d; k2 = ½d² = [0.125, 0.5];
+    # k3: u = ref − logp = [−0.5, 1] → e^u − u − 1 = [0.10653, 0.71828]
+    logp, ref = torch.tensor([0.5, -1.0]), torch.zeros(2)
+    assert torch.allclose(kl_penalty(logp, ref, "k1"), torch.tensor([0.5, -1.0]))
+    assert torch.allclose(kl_penalty(logp, ref, "mse"), torch.tensor([0.125, 0.5]))
+    assert torch.allclose(kl_penalty(logp, ref, "low_var_kl"), torch.tensor([0.106531, 0.718282]), atol=1e-5)
+    assert kl_penalty(torch.tensor([-40.0]), torch.tensor([0.0]), "k3").item() == 10.0  # clamped to [−10, 10]
+    with pytest.raises(ValueError, match="low_var_kl"):
+        kl_penalty(logp, ref, "k9")
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
+def test_registry_nan_on_masked_tokens_never_leaks(name):
+    logp, old, rollout, adv, mask = _inputs()
+    old = old.masked_fill(mask == 0, float("nan"))
+    rollout = rollout.masked_fill(mask == 0, float("-inf"))
+    loss, metrics = POLICY_LOSSES[name](logp, old, rollout, adv, mask)
+    assert torch.isfinite(loss).all() and all(math.isfinite(v) for v in metrics.values())
+
+
+FIXED_LEVEL = {"gspo": "geo"}  # entries whose ratio level is not a hyperparameter
+
+
+@pytest.mark.parametrize("name,level", [(n, lv) for n in sorted(POLICY_LOSSES)
+                                        for lv in ([FIXED_LEVEL[n]] if n in FIXED_LEVEL else ["token", "seq", "geo"])])
+def test_registry_clip_boundaries_hit(name, level):
+    # every valid token's ratio is e^2 (token/geo) or e^(2·n_b) (seq), far outside any band:
+    # A = +1 → all clipped high, no gradient; A = −1 → dual clip (c = 3) where the entry has one
+    logp, old, rollout, _, mask = _inputs()
+    base = old.detach()
+    kwargs = {} if name in FIXED_LEVEL else {"upd_level": level}
+    up = (base + 2.0).requires_grad_(True)
+    loss, metrics = POLICY_LOSSES[name](up, base, base, torch.ones_like(mask) * mask, mask, **kwargs)
+    aggregate(loss, mask).backward()
+    assert metrics["clip_high"] == pytest.approx(1.0) and torch.count_nonzero(up.grad) == 0
+    loss_neg, metrics_neg = POLICY_LOSSES[name](up, base, base, -mask, mask, **kwargs)
+    if name == "gspo":
+        assert metrics_neg["clip_dual"] == 0.0 and (loss_neg[mask > 0] > 3.0).all()
+    else:
+        assert metrics_neg["clip_dual"] == pytest.approx(1.0)
+        assert torch.allclose(loss_neg[mask > 0], torch.tensor(3.0))

@@ -1,0 +1,204 @@
+"""Adaptive Layerwise Perturbation (ALP, arXiv 2603.19470; reference/algorithms.md §3.5).
+
+During the update forward only, each selected decoder layer l sees `h̃_l = h_l + σ_l·ε_l` at its input,
+before its input norm, so the noise also enters the residual stream; `σ_l = exp(s_l)` with one learnable
+scalar `s_l` per layer. Usage (the only place in alprl that touches hidden states):
+
+    pert = LayerwisePerturbation(model, layers="all", sigma_init=1e-6)
+    optimizer = AdamW([*policy_groups, pert.param_group(lr=5e-4, weight_decay=0.01)])
+    with pert.active(seed=noise_seed(k)):        # k counts update micro-batches
+        loss = objective(model(...)); loss.backward()   # backward inside: see "Checkpointing"
+    metrics |= pert.metrics()                    # before grad clipping: grad norm of log σ is pre-clip
+
+- Noise `ε_l ~ N(0, I)` of h's shape and dtype, from a `torch.Generator` seeded `seed + l` and re-seeded
+  at every layer call (never the global RNG): the same seed gives the same noise, another micro-batch
+  (another seed) different noise.
+- The noise is not stored for backward: a custom autograd function regenerates it from the seed, giving
+  `∂L/∂s_l = σ_l·Σ(∂L/∂h̃_l ⊙ ε_l)` exactly (the ALP code micro-checkpoints the injection for the same reason).
+- Checkpointing: in transformers ≥ 5 the checkpointed `forward` runs inside the hooks, so the recompute
+  reuses h̃; older versions re-run the hook, which re-seeds and redraws identical noise. Either way run
+  `backward()` inside `active()` so a re-run hook is still attached.
+- `s_l` lives in this module, never in the model: `model.state_dict()`, `save_pretrained` and weight
+  sync never see it. Hooks are attached only inside `active()` and always removed (also on exceptions).
+- Logits-only ablation [R]: `z̃ = z + σ_z·ε` on the LM-head output (before temperature), one σ_z.
+- Departures from the ALP code: explicit context manager instead of a `module.training` gate (the
+  multi-turn patch also noised the old-log-prob pass); layers are hooked, not patched classes.
+
+Legend: L selected layers, N tokens of the micro-batch (B·S), D hidden size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+SEED_STRIDE = 100_003  # reference scheme: base = k·100003 + rank, layer l draws from base + l
+EFFECTIVE_SAMPLE = 4096  # elements per call checked for h̃ ≠ h (perturb/effective_frac)
+
+
+def noise_seed(k: int, rank: int = 0) -> int:
+    """Base seed of update micro-batch k on data-parallel rank `rank`."""
+    return k * SEED_STRIDE + rank
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers of a Qwen2/Qwen3/Llama-style HF model (`model.model.layers`)."""
+    for owner in (getattr(model, "model", None), model):
+        layers = getattr(owner, "layers", None)
+        if isinstance(layers, nn.ModuleList) and len(layers):
+            return layers
+    raise ValueError(f"{type(model).__name__}: no decoder layers at model.model.layers or model.layers; "
+                     "ALP supports Qwen2/Qwen3/Llama-style Hugging Face causal LMs")
+
+
+def parse_layers(spec: str | list[int], num_layers: int) -> list[int]:
+    """`all`, `0-5`, `0-5,12-17`, `3` (inclusive ranges, as the paper's 0–5 / 23–27) or a list → indices."""
+    if isinstance(spec, list | tuple):
+        parts = [str(p) for p in spec]
+    elif str(spec).strip().lower() == "all":
+        return list(range(num_layers))
+    else:
+        parts = [p.strip() for p in str(spec).split(",") if p.strip()]
+    out: set[int] = set()
+    try:
+        for part in parts:
+            lo, _, hi = part.partition("-")
+            first, last = int(lo), int(hi or lo)
+            if not 0 <= first <= last < num_layers:
+                raise ValueError
+            out.update(range(first, last + 1))
+    except ValueError:
+        raise ValueError(f"perturb.layers={spec!r}: expected 'all' or inclusive ranges like '0-5,12-17' "
+                         f"within 0..{num_layers - 1}") from None
+    if not out:
+        raise ValueError(f"perturb.layers={spec!r} selects no layer")
+    return sorted(out)
+
+
+def _noise(like: Tensor, seed: int) -> Tensor:
+    gen = torch.Generator(device=like.device)
+    gen.manual_seed(seed)
+    return torch.randn(like.shape, generator=gen, dtype=like.dtype, device=like.device)
+
+
+class _AddSeededNoise(torch.autograd.Function):
+    """h̃ = h + exp(s)·ε(seed); ε is regenerated in backward instead of being saved."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, log_sigma: Tensor, seed: int) -> Tensor:
+        sigma = log_sigma.exp()
+        ctx.save_for_backward(sigma)
+        ctx.seed = seed
+        return h + sigma.to(h.dtype) * _noise(h, seed)
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        (sigma,) = ctx.saved_tensors
+        grad_s = None
+        if ctx.needs_input_grad[1]:
+            eps = _noise(grad_out, ctx.seed)  # same seed, shape, dtype and device: the forward's ε
+            grad_s = (sigma * (grad_out.float() * eps.float()).sum()).to(sigma.dtype)
+        return grad_out, grad_s, None
+
+
+class LayerwisePerturbation(nn.Module):
+    """Per-layer learnable noise scales and the hooks that apply them (see the module docstring).
+
+    model: the HF causal LM (held by reference, never registered as a submodule).
+    layers: `all` or inclusive ranges (`0-5,12-17`); ignored with `logits_only`.
+    sigma_init: σ0 ≥ 0; 0 gives σ ≡ 0 exactly (only with learnable=False: AdamW decay would turn −inf to NaN).
+    """
+
+    def __init__(self, model: nn.Module, layers: str | list[int] = "all", sigma_init: float = 1e-6,
+                 learnable: bool = True, logits_only: bool = False) -> None:
+        super().__init__()
+        if sigma_init < 0 or (learnable and sigma_init == 0):
+            raise ValueError(f"perturb.sigma_init must be > 0 (or 0 with learnable=false), got {sigma_init}")
+        self._model = [model]  # a list, so the model is not a submodule and its weights stay out of ours
+        self.logits_only = logits_only
+        if logits_only:
+            if model.get_output_embeddings() is None:
+                raise ValueError(f"{type(model).__name__} has no output embeddings for logits-only perturbation")
+            self.layer_ids: list[int] = []
+        else:
+            self.layer_ids = parse_layers(layers, len(decoder_layers(model)))
+        init = torch.full((max(len(self.layer_ids), 1),), math.log(sigma_init) if sigma_init > 0 else -math.inf)
+        if learnable:
+            self.log_sigma = nn.Parameter(init)  # (L,)
+        else:
+            self.register_buffer("log_sigma", init)
+        self._active = False
+        self._checked = self._changed = 0
+
+    @property
+    def learnable(self) -> bool:
+        return isinstance(self.log_sigma, nn.Parameter)
+
+    def param_group(self, lr: float, weight_decay: float = 0.01) -> dict:
+        """Own optimizer param group for log σ (betas come from the optimizer's defaults)."""
+        if not self.learnable:
+            raise ValueError("param_group: log σ is fixed (learnable=false); nothing to optimize")
+        return {"params": [self.log_sigma], "lr": lr, "weight_decay": weight_decay, "name": "perturb/log_sigma"}
+
+    def _inject(self, h: Tensor, slot: int, seed: int) -> Tensor:
+        out = _AddSeededNoise.apply(h, self.log_sigma[slot].to(h.device), seed)
+        with torch.no_grad():  # σ0 = 1e-6 under bf16 rounds back to h: count how often it does not
+            flat_h, flat_o = h.detach().reshape(-1), out.detach().reshape(-1)
+            step = max(1, flat_h.numel() // EFFECTIVE_SAMPLE)
+            self._checked += flat_h[::step].numel()
+            self._changed += int((flat_h[::step] != flat_o[::step]).sum())
+        return out
+
+    def _layer_hook(self, slot: int, seed: int):
+        def hook(module: nn.Module, args: tuple, kwargs: dict):
+            if args:  # transformers passes hidden_states positionally
+                return (self._inject(args[0], slot, seed), *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": self._inject(kwargs["hidden_states"], slot, seed)}
+        return hook
+
+    @contextmanager
+    def active(self, seed: int) -> Iterator[LayerwisePerturbation]:
+        """Attach the noise hooks for one update micro-batch; they are removed on exit, always."""
+        if self._active:
+            raise RuntimeError("LayerwisePerturbation.active() is already entered (nested use)")
+        model = self._model[0]
+        handles = []
+        self._active = True
+        try:
+            if self.logits_only:  # seeded like one more layer after the last decoder layer
+                head, logits_seed = model.get_output_embeddings(), seed + len(decoder_layers(model))
+                handles.append(head.register_forward_hook(
+                    lambda mod, args, out: self._inject(out, 0, logits_seed)))
+            else:
+                layers = decoder_layers(model)
+                for slot, idx in enumerate(self.layer_ids):
+                    handles.append(layers[idx].register_forward_pre_hook(
+                        self._layer_hook(slot, seed + idx), with_kwargs=True))
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+            self._active = False
+
+    def sigmas(self) -> Tensor:
+        """σ_l = exp(s_l), (L,), detached."""
+        return self.log_sigma.detach().exp()
+
+    def metrics(self) -> dict[str, float]:
+        """`perturb/*`: σ per layer and its spread, grad norm of log σ, effective fraction (then reset)."""
+        sig = self.sigmas().float()
+        names = ["logits"] if self.logits_only else [f"layer_{i}" for i in self.layer_ids]
+        out = {f"perturb/sigma/{n}": s for n, s in zip(names, sig.tolist(), strict=True)}
+        out |= {"perturb/enabled": 1.0, "perturb/sigma_mean": sig.mean().item(),
+                "perturb/sigma_std": sig.std().item() if sig.numel() > 1 else 0.0,
+                "perturb/sigma_min": sig.min().item(), "perturb/sigma_max": sig.max().item()}
+        grad = self.log_sigma.grad if self.learnable else None
+        out["perturb/grad_log_sigma_norm"] = grad.norm().item() if grad is not None else 0.0
+        if self._checked:
+            out["perturb/effective_frac"] = self._changed / self._checked
+        self._checked = self._changed = 0
+        return out

@@ -1,0 +1,246 @@
+"""ALP layerwise perturbation on a real (tiny) Qwen2 model: exactness, gradients, hooks, seeding, export."""
+
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from agents.perturbation import LayerwisePerturbation, decoder_layers, noise_seed, parse_layers
+from trainer.losses import aggregate, get_policy_loss
+
+
+def _model(dtype=torch.float32, layers=2):
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=64, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                      num_key_value_heads=1, intermediate_size=64)
+    return Qwen2ForCausalLM(cfg).to(dtype).train()
+
+
+IDS = torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(1))
+
+
+def _logp(model):
+    """log π of the next token at every position, (3, 8)."""
+    logits = model(input_ids=IDS).logits[:, :-1]  # model dtype: float64 for the finite-difference test
+    return logits.log_softmax(-1).gather(-1, IDS[:, 1:, None]).squeeze(-1)
+
+
+def _no_hooks(model):
+    return all(not layer._forward_pre_hooks for layer in decoder_layers(model)) and \
+        not model.get_output_embeddings()._forward_hooks
+
+
+def test_sigma_zero_is_exactly_the_unperturbed_forward():
+    model = _model()
+    clean = model(input_ids=IDS).logits
+    pert = LayerwisePerturbation(model, sigma_init=0.0, learnable=False)
+    with pert.active(seed=noise_seed(7)):
+        assert torch.equal(model(input_ids=IDS).logits, clean)
+
+
+@pytest.mark.parametrize("config_cls,model_cls", [(Qwen2Config, Qwen2ForCausalLM), (Qwen3Config, Qwen3ForCausalLM),
+                                                    (LlamaConfig, LlamaForCausalLM)])
+def test_works_on_qwen2_qwen3_llama(config_cls, model_cls):
+    torch.manual_seed(0)
+    model = model_cls(config_cls(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                 num_key_value_heads=1, intermediate_size=64)).train()
+    clean = model(input_ids=IDS).logits
+    with LayerwisePerturbation(model, sigma_init=0.0, learnable=False).active(seed=0):
+        assert torch.equal(model(input_ids=IDS).logits, clean)
+    pert = LayerwisePerturbation(model, sigma_init=0.1)
+    with pert.active(seed=0):
+        noisy = model(input_ids=IDS).logits
+        noisy.pow(2).mean().backward()
+    assert not torch.allclose(noisy, clean) and (pert.log_sigma.grad != 0).all() and _no_hooks(model)
+
+
+def test_sigma_to_zero_converges_to_the_unperturbed_forward():
+    model = _model()
+    clean = model(input_ids=IDS).logits
+    gaps = []
+    for sigma in (1e-1, 1e-3, 1e-5):
+        with LayerwisePerturbation(model, sigma_init=sigma).active(seed=3):
+            gaps.append((model(input_ids=IDS).logits - clean).abs().max().item())
+    assert gaps[0] > gaps[1] > gaps[2] > 0 and gaps[2] < 1e-3
+
+
+def test_alp_with_zero_sigma_equals_bypass_exactly():
+    # same batch, same clip: Seq-ALP (σ ≡ 0) and Seq-Bypass give the same loss and the same gradients
+    rollout = _logp(_model()).detach() + 0.05
+    mask = torch.ones_like(rollout)
+    adv = torch.tensor([[1.0], [-1.0], [0.5]]) * mask
+    loss_fn = get_policy_loss("bypass")
+    grads = []
+    for perturbed in (False, True):
+        model = _model()
+        pert = LayerwisePerturbation(model, sigma_init=0.0, learnable=False)
+        with pert.active(seed=11) if perturbed else torch.enable_grad():
+            per_token, _ = loss_fn(_logp(model), rollout, rollout, adv, mask, upd_level="seq")
+            loss = aggregate(per_token, mask)
+            loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(grads[0][1], grads[1][1], strict=True))
+
+
+def test_log_sigma_receives_the_gradient_of_the_loss():
+    # autograd's ∂L/∂s_l (noise regenerated in backward) matches a central finite difference in float64
+    # (HF's RMSNorm computes in fp32, hence h = 1e-3 and rel 1e-3; a missing σ factor would be 20× off)
+    model = _model(torch.float64)
+    pert = LayerwisePerturbation(model, sigma_init=0.05).double()
+    adv = torch.tensor([[1.0], [-1.0], [0.5]]).double()
+
+    def loss_at(seed=5):
+        with pert.active(seed=seed):
+            return -(adv * _logp(model)).mean()
+
+    loss_at().backward()
+    grad = pert.log_sigma.grad.clone()
+    assert (grad != 0).all()
+    h = 1e-3
+    for layer in range(2):
+        with torch.no_grad():
+            pert.log_sigma[layer] += h
+            up = loss_at().item()
+            pert.log_sigma[layer] -= 2 * h
+            down = loss_at().item()
+            pert.log_sigma[layer] += h
+        assert grad[layer].item() == pytest.approx((up - down) / (2 * h), rel=1e-3)
+    assert pert.metrics()["perturb/grad_log_sigma_norm"] == pytest.approx(grad.norm().item())
+
+
+def test_hooks_are_removed_on_exit_and_on_exception():
+    model = _model()
+    pert = LayerwisePerturbation(model, sigma_init=0.1)
+    with pert.active(seed=1):
+        assert all(len(layer._forward_pre_hooks) == 1 for layer in decoder_layers(model))
+        with pytest.raises(RuntimeError, match="already"):
+            with pert.active(seed=2):
+                pass
+    assert _no_hooks(model)
+    with pytest.raises(ZeroDivisionError):
+        with pert.active(seed=1):
+            raise ZeroDivisionError("inside the context")
+    assert _no_hooks(model)
+    clean = model(input_ids=IDS).logits  # after exit the model is unperturbed again
+    assert torch.equal(model(input_ids=IDS).logits, clean)
+
+
+def test_checkpoints_never_contain_perturbation_parameters(tmp_path):
+    model = _model()
+    keys = set(model.state_dict())
+    pert = LayerwisePerturbation(model, sigma_init=0.1)
+    with pert.active(seed=1):
+        _logp(model).sum().backward()
+    assert set(model.state_dict()) == keys
+    assert not any(p is pert.log_sigma for p in model.parameters())
+    assert set(pert.state_dict()) == {"log_sigma"}
+    model.save_pretrained(tmp_path)
+    saved = load_file(tmp_path / "model.safetensors")
+    assert not [k for k in saved if "sigma" in k or "perturb" in k]
+    assert set(saved) <= keys
+
+
+def test_noise_same_seed_same_noise_other_seed_different():
+    model = _model()
+    pert = LayerwisePerturbation(model, sigma_init=0.1)
+    runs = {}
+    for seed in (noise_seed(0), noise_seed(0), noise_seed(1)):
+        with pert.active(seed=seed):
+            runs.setdefault(seed, []).append(model(input_ids=IDS).logits.detach())
+            again = model(input_ids=IDS).logits.detach()  # re-seeded per layer call, not a continuing stream
+            assert torch.equal(again, runs[seed][-1])
+    assert torch.equal(*runs[noise_seed(0)])
+    assert not torch.allclose(runs[noise_seed(0)][0], runs[noise_seed(1)][0])
+
+
+@pytest.mark.parametrize("mode", ["hf_layers", "whole_forward"])
+def test_recomputation_under_checkpointing_sees_identical_noise(mode):
+    # hf_layers: HF activation checkpointing of each decoder layer (hooks outside the checkpoint in
+    # transformers 5). whole_forward: torch checkpoint around the whole model, so the backward re-runs
+    # every hook and must redraw the same noise, as older transformers did.
+    results = []
+    for checkpointing in (False, True):
+        model = _model()
+        if checkpointing and mode == "hf_layers":
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        pert = LayerwisePerturbation(model, sigma_init=0.2)
+        with pert.active(seed=noise_seed(4)):
+            if checkpointing and mode == "whole_forward":
+                logp = torch.utils.checkpoint.checkpoint(_logp, model, use_reentrant=False)
+            else:
+                logp = _logp(model)
+            logp.mean().backward()
+        results.append((logp.detach(), pert.log_sigma.grad.clone(), model.model.embed_tokens.weight.grad.clone()))
+    (a, sa, ea), (b, sb, eb) = results
+    assert torch.equal(a, b)
+    assert torch.allclose(sa, sb, rtol=1e-5, atol=1e-7) and torch.allclose(ea, eb, rtol=1e-5, atol=1e-7)
+
+
+def test_layer_subsets_and_parsing():
+    assert parse_layers("all", 4) == [0, 1, 2, 3]
+    assert parse_layers("0-1,3", 4) == [0, 1, 3]
+    assert parse_layers([2], 4) == [2]
+    for bad in ("4", "2-1", "a-b", ""):
+        with pytest.raises(ValueError, match="perturb.layers"):
+            parse_layers(bad, 4)
+    model = _model(layers=3)
+    pert = LayerwisePerturbation(model, layers="1-2", sigma_init=0.1)
+    with pert.active(seed=0):
+        assert [len(layer._forward_pre_hooks) for layer in decoder_layers(model)] == [0, 1, 1]
+        _logp(model).mean().backward()
+    assert pert.log_sigma.shape == (2,) and (pert.log_sigma.grad != 0).all()
+    assert set(k for k in pert.metrics() if k.startswith("perturb/sigma/")) == {
+        "perturb/sigma/layer_1", "perturb/sigma/layer_2"}
+
+
+def test_logits_only_variant():
+    model = _model()
+    clean = model(input_ids=IDS).logits
+    pert = LayerwisePerturbation(model, sigma_init=0.5, logits_only=True)
+    with pert.active(seed=2):
+        noisy = model(input_ids=IDS).logits
+        noisy.float().pow(2).mean().backward()
+    assert _no_hooks(model)
+    noise = (noisy - clean).detach() / 0.5  # z̃ = z + σ·ε, ε ~ N(0, 1)
+    assert abs(noise.std().item() - 1.0) < 0.1 and pert.log_sigma.grad.abs().item() > 0
+    assert "perturb/sigma/logits" in pert.metrics()
+
+
+def test_effective_fraction_reveals_bf16_rounding():
+    # σ0 = 1e-6 rounds back to h under bf16 (reference §3.5 caveat 1) but not in fp32
+    fracs = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        model = _model(dtype)
+        pert = LayerwisePerturbation(model, sigma_init=1e-6)
+        with pert.active(seed=0):
+            model(input_ids=IDS)
+        fracs[dtype] = pert.metrics()["perturb/effective_frac"]
+    assert fracs[torch.float32] > 0.9 and fracs[torch.bfloat16] < 0.1
+
+
+def test_param_group_and_validation():
+    model = _model()
+    pert = LayerwisePerturbation(model, sigma_init=0.02)
+    opt = torch.optim.AdamW([{"params": list(model.parameters())}, pert.param_group(lr=1e-2, weight_decay=0.01)],
+                            lr=1e-3)
+    assert opt.param_groups[1]["lr"] == 1e-2 and opt.param_groups[1]["params"][0] is pert.log_sigma
+    with pert.active(seed=0):
+        _logp(model).mean().backward()
+    before = pert.log_sigma.detach().clone()
+    opt.step()
+    assert not torch.equal(before, pert.log_sigma.detach())
+    assert pert.metrics()["perturb/sigma_mean"] == pytest.approx(math.exp(pert.log_sigma.mean().item()), rel=0.05)
+    with pytest.raises(ValueError, match="fixed"):
+        LayerwisePerturbation(model, sigma_init=0.1, learnable=False).param_group(lr=1e-3)
+    with pytest.raises(ValueError, match="sigma_init"):
+        LayerwisePerturbation(model, sigma_init=0.0, learnable=True)

@@ -1,0 +1,231 @@
+"""TIS / MIS correction weights (hand-computed), both MIS semantics, and their use by the objective."""
+
+import math
+
+import pytest
+import torch
+
+from trainer.config import AlgoConfig, algorithm_presets, build_config
+from trainer.corrections import compute_correction
+from trainer.losses import POLICY_LOSSES, aggregate
+from trainer.objective import (
+    correction_kwargs,
+    denominators,
+    loss_kwargs,
+    micro_batch_objective,
+    prepare_corrections,
+)
+from trainer.types import Batch
+
+LN = math.log
+
+
+def _token_case(values, mask=None):
+    """old − rollout = log(values) per token, one row."""
+    old = torch.tensor([[LN(v) for v in values]])
+    rollout = torch.zeros_like(old)
+    return old, rollout, torch.ones_like(old) if mask is None else torch.tensor([mask])
+
+
+def test_tis_token_hand_computed():
+    # v = [3, 0.5, 1] → w = min(v, 2) = [2, 0.5, 1]; m′ = m
+    old, rollout, mask = _token_case([3.0, 0.5, 1.0])
+    corr = compute_correction(old, rollout, mask, correction="tis", corr_level="token", corr_upper=2.0)
+    assert torch.allclose(corr.weights, torch.tensor([[2.0, 0.5, 1.0]]), atol=1e-6)
+    assert torch.equal(corr.keep, mask)
+    m = corr.metrics  # verl IS metrics, pre-truncation, thresholds C = 2 and 1/C = 0.5
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(1.5)  # (3 + 0.5 + 1) / 3
+    assert m["rollout_corr/rollout_is_max"] == pytest.approx(3.0)
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3)
+    assert m["rollout_corr/rollout_is_ratio_fraction_low"] == 0.0  # 0.5 < 0.5 is false
+    # ESS: clamp → [2, 0.5, 1], mean 7/6, normalized [12/7, 3/7, 6/7], mean of squares 189/147 → 147/189
+    assert m["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(147 / 189, rel=1e-5)
+
+
+def test_tis_seq_and_geo_hand_computed():
+    # row 0: Δ = [ln 2, ln 2] → v = 4 → min(4, 5) = 4; row 1: Δ = [ln 4, ln 2] → v = 8 → 5
+    old = torch.tensor([[LN(2), LN(2)], [LN(4), LN(2)]])
+    zeros, ones = torch.zeros(2, 2), torch.ones(2, 2)
+    seq = compute_correction(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0)
+    assert torch.allclose(seq.weights, torch.tensor([[4.0, 4.0], [5.0, 5.0]]), atol=1e-5)
+    # geo: row 0 → e^{ln 2} = 2; row 1 → e^{(ln 4 + ln 2)/2} = √8 = 2.8284
+    geo = compute_correction(old, zeros, ones, correction="tis", corr_level="geo", corr_upper=5.0)
+    assert torch.allclose(geo.weights, torch.tensor([[2.0, 2.0], [8**0.5, 8**0.5]]), atol=1e-5)
+    # seq-level IS metrics in log space over rows: max = 8 (pre-truncation), fraction above 5 = 1/2
+    assert seq.metrics["rollout_corr/rollout_is_max"] == pytest.approx(8.0, rel=1e-5)
+    assert seq.metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
+
+
+def test_mis_paper_vs_verl_semantics_differ_as_reference_3_2():
+    # v = [3, 0.5, 1, 1.5], C = U = 2, L = 0.75 → band = [0, 0, 1, 1]
+    # paper: w = v·band = [0, 0, 1, 1.5] (kept value not truncated, not 1), m′ = m
+    # verl:  w = min(v, 2)·band = [0, 0, 1, 1.5], m′ = m·band = [0, 0, 1, 1]
+    old, rollout, mask = _token_case([3.0, 0.5, 1.0, 1.5])
+    kw = dict(correction="mis", corr_level="token", corr_upper=2.0, corr_lower=0.75)
+    paper = compute_correction(old, rollout, mask, mis_semantics="paper", **kw)
+    verl = compute_correction(old, rollout, mask, mis_semantics="verl", **kw)
+    assert torch.allclose(paper.weights, torch.tensor([[0.0, 0.0, 1.0, 1.5]]), atol=1e-6)
+    assert torch.equal(paper.keep, mask)
+    assert torch.allclose(verl.weights, paper.weights, atol=1e-6)
+    assert torch.equal(verl.keep, torch.tensor([[0.0, 0.0, 1.0, 1.0]]))
+    assert paper.metrics["rollout_corr/masked_frac"] == verl.metrics["rollout_corr/masked_frac"] == 0.5
+    assert "rollout_corr/rollout_rs_masked_fraction" in verl.metrics
+    # same kept tokens, different step size under token-mean with ℓ ≡ 1:
+    # paper (0 + 0 + 1 + 1.5) / 4 = 0.625 — verl renormalizes over survivors: (1 + 1.5) / 2 = 1.25
+    ell = torch.ones(1, 4)
+    assert aggregate(paper.weights * ell, paper.keep).item() == pytest.approx(0.625)
+    assert aggregate(verl.weights * ell, verl.keep).item() == pytest.approx(1.25)
+
+
+def test_mis_default_lower_bounds():
+    # v = 0.25, C = 2, L unset: paper uses L = 0 (the TIR scripts) and keeps it with w = 0.25;
+    # verl uses L = 1/C = 0.5 and rejects it; an explicit L applies to both
+    old, rollout, mask = _token_case([0.25])
+    paper = compute_correction(old, rollout, mask, correction="mis", corr_upper=2.0)
+    verl = compute_correction(old, rollout, mask, correction="mis", corr_upper=2.0, mis_semantics="verl")
+    assert paper.weights.item() == pytest.approx(0.25) and paper.keep.item() == 1.0
+    assert verl.weights.item() == 0.0 and verl.keep.item() == 0.0
+    explicit = compute_correction(old, rollout, mask, correction="mis", corr_upper=2.0, corr_lower=0.5)
+    assert explicit.weights.item() == 0.0 and explicit.keep.item() == 1.0
+
+
+def test_seq_mis_verl_rejects_whole_rows_and_shrinks_denominators():
+    # row 0: S = ln 8 → v = 8 > 5 → rejected; row 1: S = ln 2 → kept (w = 2 on both tokens)
+    old = torch.tensor([[LN(4), LN(2)], [LN(2), 0.0]])
+    kw = dict(correction="mis", corr_level="seq", corr_upper=5.0, corr_lower=0.0)
+    verl = compute_correction(old, torch.zeros(2, 2), torch.ones(2, 2), mis_semantics="verl", **kw)
+    assert torch.equal(verl.keep, torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
+    assert torch.allclose(verl.weights, torch.tensor([[0.0, 0.0], [2.0, 2.0]]), atol=1e-6)
+    assert verl.metrics["rollout_corr/rollout_rs_seq_masked_fraction"] == 0.5
+    batch = _batch(old, torch.zeros(2, 2), torch.ones(2, 2))
+    assert [x.item() for x in denominators(batch, torch.arange(2))] == [4.0, 2.0]
+    prepare_corrections(AlgoConfig(**kw, mis_semantics="verl"), batch)
+    assert [x.item() for x in denominators(batch, torch.arange(2))] == [2.0, 1.0]  # rejected row left
+
+
+def test_verl_k1_quirk_only_when_asked():
+    # band "0.6_1.4": on r keeps [0.6, 1.4]; verl's k1 test keeps r ∈ [1/1.4, 1/0.6] = [0.714, 1.667]
+    # v = [0.65, 1.5, 1.0] → plain band [1, 0, 1]; quirk band [0, 1, 1]
+    old, rollout, mask = _token_case([0.65, 1.5, 1.0])
+    kw = dict(correction="mis", corr_level="token", corr_upper=1.4, corr_lower=0.6, mis_semantics="verl")
+    plain = compute_correction(old, rollout, mask, **kw)
+    quirk = compute_correction(old, rollout, mask, corr_k1_quirk=True, **kw)
+    assert torch.equal(plain.keep, torch.tensor([[1.0, 0.0, 1.0]]))
+    assert torch.equal(quirk.keep, torch.tensor([[0.0, 1.0, 1.0]]))
+    # symmetric band "0.5_2.0": both agree
+    sym = dict(kw, corr_upper=2.0, corr_lower=0.5)
+    assert torch.equal(compute_correction(old, rollout, mask, **sym).keep,
+                       compute_correction(old, rollout, mask, corr_k1_quirk=True, **sym).keep)
+
+
+def test_veto_rejects_the_sequence_following_the_semantics():
+    # row 0 has a token with v = 1e-5 < 1e-4 → the whole row is vetoed; row 1 is fine
+    old = torch.tensor([[LN(1e-5), 0.0], [0.0, 0.0]])
+    kw = dict(correction="tis", corr_upper=2.0, corr_veto=True, corr_veto_threshold=1e-4)
+    paper = compute_correction(old, torch.zeros(2, 2), torch.ones(2, 2), **kw)
+    verl = compute_correction(old, torch.zeros(2, 2), torch.ones(2, 2), mis_semantics="verl", **kw)
+    assert torch.equal(paper.weights, torch.tensor([[0.0, 0.0], [1.0, 1.0]])) and paper.keep.all()
+    assert torch.equal(verl.keep, torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
+    assert paper.metrics["rollout_corr/rollout_is_veto_fraction"] == 0.5
+    assert paper.metrics["rollout_corr/rollout_is_catastrophic_token_fraction"] == 0.25
+
+
+def test_batch_normalization_hand_computed():
+    # token: w = [2, 1] (C = 10) → mean 1.5 → [4/3, 2/3]
+    old, rollout, mask = _token_case([2.0, 1.0])
+    tok = compute_correction(old, rollout, mask, correction="tis", corr_upper=10.0, corr_batch_norm=True)
+    assert torch.allclose(tok.weights, torch.tensor([[4 / 3, 2 / 3]]), atol=1e-6)
+    assert tok.metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(1.5)
+    # seq: row weights 4 (3 tokens) and 1 (1 token): mean over rows 2.5, not over tokens (13/4)
+    old = torch.tensor([[LN(4), 0.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    seq = compute_correction(old, torch.zeros(2, 3), mask, correction="tis", corr_level="seq", corr_upper=10.0,
+                             corr_batch_norm=True)
+    assert torch.allclose(seq.weights, torch.tensor([[1.6, 1.6, 1.6], [0.4, 0.0, 0.0]]), atol=1e-6)
+
+
+def test_nonfinite_rollout_logp_is_masked_and_counted():
+    old = torch.tensor([[-1.0, -2.0, -0.5]])
+    rollout = torch.tensor([[-1.0, float("-inf"), float("nan")]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])  # the NaN sits on a tool token: not counted
+    corr = compute_correction(old, rollout, mask, correction="mis", corr_level="seq", corr_upper=5.0)
+    assert torch.equal(corr.keep, torch.tensor([[1.0, 0.0, 0.0]]))
+    assert torch.isfinite(corr.weights).all() and corr.weights[0, 0].item() == pytest.approx(1.0)
+    assert corr.metrics["rollout_corr/nonfinite_tokens"] == 1.0
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (dict(correction="clip"), "tis"), (dict(corr_level="turn"), "geo"), (dict(mis_semantics="x"), "verl"),
+    (dict(corr_upper=2.0, corr_lower=3.0), "corr_lower"),
+])
+def test_bad_settings_raise_one_clear_error(bad, needle):
+    old, rollout, mask = _token_case([1.0])
+    with pytest.raises(ValueError, match=needle):
+        compute_correction(old, rollout, mask, **bad)
+
+
+# ------------------------------------------------------------------------ objective integration
+
+
+def _batch(old, rollout, mask, adv=None):
+    b, t = mask.shape
+    return Batch(input_ids=torch.zeros(b, t + 1, dtype=torch.long), attention_mask=torch.ones(b, t + 1),
+                 response_start=torch.ones(b, dtype=torch.long), response_len=torch.full((b,), t),
+                 response_ids=torch.zeros(b, t, dtype=torch.long), loss_mask=mask, rollout_logp=rollout,
+                 rewards=torch.zeros(b), group_ids=torch.zeros(b, dtype=torch.long),
+                 advantages=(torch.ones(b, 1) * mask) if adv is None else adv, old_logp=old)
+
+
+def _random_batch(b=6, t=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(b, t, generator=g) * 3
+    rollout = old + 0.4 * torch.randn(b, t, generator=g)
+    mask = (torch.rand(b, t, generator=g) > 0.25).float()
+    adv = torch.randn(b, 1, generator=g) * mask
+    logp = old + 0.2 * torch.randn(b, t, generator=g)
+    return _batch(old, rollout, mask, adv), logp
+
+
+def test_every_loss_and_correction_keyword_is_an_algo_field():
+    for name in POLICY_LOSSES:
+        assert set(loss_kwargs(AlgoConfig(policy_loss=name))) <= set(vars(AlgoConfig()))
+    assert set(correction_kwargs(AlgoConfig())) <= set(vars(AlgoConfig()))
+
+
+@pytest.mark.parametrize("preset", algorithm_presets())
+def test_every_preset_gives_a_finite_objective_with_gradient(preset):
+    algo = build_config(None, [f"algorithm={preset}"]).algo
+    batch, logp = _random_batch()
+    metrics = prepare_corrections(algo, batch)
+    assert all(math.isfinite(v) for v in metrics.values())
+    rows = torch.arange(len(batch))
+    n_tokens, n_seqs = denominators(batch, rows)
+    logp = logp.requires_grad_(True)
+    loss, loss_metrics = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tokens,
+                                               n_seqs=n_seqs)
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(logp.grad).all()
+    assert (logp.grad[batch.loss_mask == 0] == 0).all()
+    assert all(math.isfinite(v) for v in loss_metrics.values())
+
+
+@pytest.mark.parametrize("preset", ["token_mis", "seq_tis", "token_mis_tokenlevel"])
+def test_micro_batching_matches_the_whole_batch(preset):
+    # corrections prepared once for the rollout batch or recomputed per micro-batch: same loss
+    algo = build_config(None, [f"algorithm={preset}", "algo.mis_semantics=verl"]).algo
+    batch, logp = _random_batch(seed=3)
+    prepare_corrections(algo, batch)
+    rows = torch.arange(len(batch))
+    n_tokens, n_seqs = denominators(batch, rows)
+    whole, _ = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tokens, n_seqs=n_seqs)
+    parts = sum(micro_batch_objective(algo, batch.select(r), logp[r], torch.zeros_like(logp[r]),
+                                      n_tokens=n_tokens, n_seqs=n_seqs)[0] for r in (rows[:2], rows[2:]))
+    assert parts.item() == pytest.approx(whole.item(), rel=1e-5, abs=1e-7)
+
+
+def test_objective_refuses_gspo_with_another_aggregation():
+    algo = build_config(None, ["algorithm=gspo", "algo.loss_agg=token-mean"]).algo
+    batch, logp = _random_batch()
+    with pytest.raises(ValueError, match="seq-mean-token-mean"):
+        micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=torch.tensor(1.0),
+                              n_seqs=torch.tensor(1.0))

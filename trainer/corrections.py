@@ -1,0 +1,220 @@
+"""Rollout-mismatch correction weights (TIS / MIS), computed once per rollout batch (reference §3.2).
+
+The correction value is `v = π_train(θ_old)/μ`, from `Δ_mis = old_logp − rollout_logp` (no grad) at
+`corr_level`: token `exp⟦Δ_bt⟧`, seq `exp⟦Σ_t m Δ_bt⟧`, geo `exp⟦mean_t Δ_bt⟧` (broadcast). It yields
+detached weights `w` and a rejection mask `m′ = m ⊙ keep`; the loss is `agg(w ⊙ ℓ, m′)`.
+
+- tis: `w = min(v, C)`, `m′ = m` (TIS, https://fengyao.notion.site/off-policy-rl).
+- mis, `paper` semantics (ALP multi-turn code, rollout_is.py mode "mask"; "When Speed Kills Stability"):
+  `w = v·1[L ≤ v ≤ U]`, `m′ = m`: masked tokens add 0 but stay in token-mean's denominator; L = 0
+  unless set (the released TIR scripts; their code's unset default 1/U is not used).
+- mis, `verl` semantics (verl rollout_corr_helper.py = ALP single-turn code): `w = min(v, C)`,
+  `keep = 1[L ≤ v ≤ C]`, `m′ = m·keep`, L = 1/C unless set: rejected tokens/sequences leave the denominator.
+- veto (optional): a sequence with any token `v_bt < threshold` is rejected, following the semantics
+  (paper: weight 0, verl: leaves m′). batch norm (optional): `w / mean(w)` over the tokens of m′ (token
+  level) or the non-empty rows (seq/geo), when that mean > 1e-8 — verl averages over m before rejection;
+  alprl averages what actually enters the loss so that the applied weights have mean 1.
+- Band tests are done in log space on the unclamped value. `corr_k1_quirk` reproduces verl's `*_k1` modes
+  (band on k1 = −log v, i.e. keeps v ∈ [1/U, 1/L]); reference §7 pitfall 4. Off by default.
+- Tokens whose old or rollout log-prob is non-finite are removed from m′ for every correction (counted
+  as `rollout_corr/nonfinite_tokens`), reference §7 pitfall 2.
+
+Metric keys mirror verl (`rollout_corr/rollout_is_*`, `rollout_rs_*`, veto and batch-norm keys) plus
+`rollout_corr/masked_frac` (pitfall 7) and `rollout_corr/weight_mean`.
+
+Legend: B trajectories, T response positions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from trainer.losses import LOG_RATIO_CLAMP, RATIO_LEVELS, masked_fill_zero, masked_mean
+
+CORRECTIONS = ("none", "tis", "mis")
+MIS_SEMANTICS = ("paper", "verl")
+
+
+@dataclass
+class Correction:
+    """Output of `compute_correction`.
+
+    weights: (B, T) detached w ≥ 0; 0 wherever keep = 0 (and where paper-MIS masks).
+    keep:    (B, T) m′ ∈ {0, 1} (float): the mask the loss and its denominators use.
+    metrics: `rollout_corr/*` scalars.
+    """
+
+    weights: Tensor
+    keep: Tensor
+    metrics: dict[str, float]
+
+
+def correction_log_value(delta: Tensor, mask: Tensor, level: str) -> tuple[Tensor, Tensor | None]:
+    """log v at `level`, broadcast to (B, T) and unclamped; plus the per-row value (B,) for seq/geo.
+
+    delta: (B, T) Δ_mis, already 0 where m = 0.
+    """
+    if level == "token":
+        return delta, None
+    row = delta.sum(-1)  # (B,)
+    if level == "geo":
+        row = row / mask.sum(-1).clamp(min=1.0)
+    elif level != "seq":
+        raise ValueError(f"unknown corr_level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+    return row[:, None].expand_as(delta), row
+
+
+def _log_or_inf(x: float) -> float:
+    return math.log(x) if x > 0 else -math.inf  # L = 0 means no lower bound
+
+
+def in_band(log_v: Tensor, lower: float, upper: float, *, k1_quirk: bool = False) -> Tensor:
+    """1[L ≤ v ≤ U] in log space (bool, same shape); with `k1_quirk`, verl's 1[log L ≤ −log v ≤ log U]."""
+    if k1_quirk:
+        k1 = -log_v
+        return (k1 >= _log_or_inf(lower)) & (k1 <= _log_or_inf(upper))
+    return (log_v >= _log_or_inf(lower)) & (log_v <= _log_or_inf(upper))
+
+
+def _check(correction: str, level: str, semantics: str, upper: float, lower: float) -> None:
+    if correction not in CORRECTIONS:
+        raise ValueError(f"unknown correction {correction!r}; valid: {', '.join(CORRECTIONS)}")
+    if level not in RATIO_LEVELS:
+        raise ValueError(f"unknown corr_level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+    if semantics not in MIS_SEMANTICS:
+        raise ValueError(f"unknown mis_semantics {semantics!r}; valid: {', '.join(MIS_SEMANTICS)}")
+    if not upper > 0 or not 0 <= lower <= upper:
+        raise ValueError(f"correction bounds need 0 ≤ corr_lower ≤ corr_upper and corr_upper > 0, "
+                         f"got lower={lower}, upper={upper}")
+
+
+@torch.no_grad()
+def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, correction: str = "none",
+                       corr_level: str = "token", corr_upper: float = 5.0, corr_lower: float | None = None,
+                       mis_semantics: str = "paper", corr_k1_quirk: bool = False, corr_veto: bool = False,
+                       corr_veto_threshold: float = 1e-4, corr_batch_norm: bool = False) -> Correction:
+    """Weights w and rejection mask m′ for one rollout batch; inputs (B, T), see the module docstring.
+
+    corr_lower None means the semantics' default: 0 for `paper` (the ALP TIR scripts), 1/C for `verl`.
+    """
+    if not (old_logp.shape == rollout_logp.shape == mask.shape):
+        raise ValueError(f"compute_correction: shapes differ: old {tuple(old_logp.shape)}, rollout "
+                         f"{tuple(rollout_logp.shape)}, mask {tuple(mask.shape)}")
+    upper = float(corr_upper)
+    if corr_lower is None:
+        lower = 0.0 if mis_semantics == "paper" else 1.0 / upper
+    else:
+        lower = float(corr_lower)
+    _check(correction, corr_level, mis_semantics, upper, lower)
+    valid = mask > 0
+    finite = torch.isfinite(old_logp) & torch.isfinite(rollout_logp)
+    m = (valid & finite).to(torch.float32)  # (B, T) m without non-finite tokens
+    metrics = {"rollout_corr/nonfinite_tokens": float((valid & ~finite).sum())}
+    delta = masked_fill_zero(old_logp.float() - rollout_logp.float(), m)  # (B, T) Δ_mis
+    log_v, row = correction_log_value(delta, m, corr_level)
+    v = torch.exp(log_v.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)) * m  # (B, T)
+    keep = m.clone()
+    if correction == "none":
+        weights = m.clone()
+    elif correction == "tis":
+        weights = v.clamp(max=upper)
+    else:
+        band = in_band(log_v, lower, upper, k1_quirk=corr_k1_quirk).float() * m  # (B, T)
+        metrics |= _mask_metrics(band, m, mis_semantics)
+        if mis_semantics == "paper":
+            weights = v * band
+        else:
+            weights, keep = v.clamp(max=upper) * band, keep * band
+    if correction != "none" and m.any():
+        metrics |= is_weight_metrics(v, row, m, upper)
+    if corr_veto:
+        weights, keep, veto_metrics = _veto(delta, m, weights, keep, corr_veto_threshold, mis_semantics)
+        metrics |= veto_metrics
+    if corr_batch_norm:
+        weights, factor = _batch_normalize(weights, keep, corr_level)
+        metrics["rollout_corr/rollout_is_batch_norm_factor"] = factor
+    weights = weights * keep
+    metrics["rollout_corr/weight_mean"] = masked_mean(weights, keep).item()
+    return Correction(weights=weights.detach(), keep=keep, metrics=metrics)
+
+
+def _mask_metrics(band: Tensor, m: Tensor, semantics: str) -> dict[str, float]:
+    """Masked fraction of tokens and of non-empty sequences with any masked token."""
+    masked = (1.0 - band) * m  # (B, T)
+    rows = m.sum(-1) > 0  # (B,)
+    token_frac = masked_mean(masked, m).item()
+    seq_frac = (masked.sum(-1)[rows] > 0).float().mean().item() if rows.any() else 0.0
+    name = "rollout_is" if semantics == "paper" else "rollout_rs"  # ALP-code vs verl key names
+    return {"rollout_corr/masked_frac": token_frac, f"rollout_corr/{name}_masked_fraction": token_frac,
+            f"rollout_corr/{name}_seq_masked_fraction": seq_frac}
+
+
+def _veto(delta: Tensor, m: Tensor, weights: Tensor, keep: Tensor, threshold: float,
+          semantics: str) -> tuple[Tensor, Tensor, dict[str, float]]:
+    if not threshold > 0:
+        raise ValueError(f"corr_veto_threshold must be > 0, got {threshold}")
+    catastrophic = (delta < math.log(threshold)) & (m > 0)  # (B, T)
+    bad_row = catastrophic.any(-1, keepdim=True)  # (B, 1)
+    ok = (~bad_row).float()
+    if semantics == "paper":
+        weights = weights * ok
+    else:
+        keep = keep * ok
+    rows = m.sum(-1) > 0
+    return weights, keep, {
+        "rollout_corr/rollout_is_veto_fraction": bad_row[rows].float().mean().item() if rows.any() else 0.0,
+        "rollout_corr/rollout_is_catastrophic_token_fraction": masked_mean(catastrophic.float(), m).item(),
+    }
+
+
+def _batch_normalize(weights: Tensor, keep: Tensor, level: str) -> tuple[Tensor, float]:
+    if level == "token":
+        mean = masked_mean(weights, keep)
+    else:
+        n = keep.sum(-1)  # (B,)
+        rows = n > 0
+        mean = ((weights * keep).sum(-1)[rows] / n[rows]).mean() if rows.any() else weights.new_zeros(())
+    if mean > 1e-8:
+        return weights / mean, mean.item()
+    return weights, 1.0
+
+
+def is_weight_metrics(v: Tensor, row_log_v: Tensor | None, m: Tensor, upper: float) -> dict[str, float]:
+    """verl's IS statistics of the pre-truncation value v (B, T), thresholds C and 1/C.
+
+    row_log_v: (B,) unclamped per-row log v at seq/geo level (None at token level): max/min and the
+    high/low fractions then use it in log space, over non-empty rows.
+    """
+    lower = 1.0 / upper
+    valid = m > 0
+    rows = m.sum(-1) > 0  # (B,)
+    out = {"rollout_is_mean": masked_mean(v, m).item()}
+    if row_log_v is None:
+        out["rollout_is_max"] = v[valid].max().item()
+        out["rollout_is_min"] = v[valid].min().item()
+        out["rollout_is_ratio_fraction_high"] = masked_mean((v > upper).float(), m).item()
+        out["rollout_is_ratio_fraction_low"] = masked_mean((v < lower).float(), m).item()
+    else:
+        lv = row_log_v[rows]
+        out["rollout_is_max"] = math.exp(min(lv.max().item(), LOG_RATIO_CLAMP))
+        out["rollout_is_min"] = math.exp(max(lv.min().item(), -LOG_RATIO_CLAMP))
+        out["rollout_is_ratio_fraction_high"] = (lv > math.log(upper)).float().mean().item()
+        out["rollout_is_ratio_fraction_low"] = (lv < math.log(lower)).float().mean().item()
+    clamped = v.clamp(lower, upper)  # verl clamps to [1/C, C] before squaring
+    mean_c = masked_mean(clamped, m)
+    var = masked_mean(clamped.square(), m) - mean_c.square()
+    out["rollout_is_std"] = var.clamp(min=0).sqrt().item() if m.sum() > 1 else 0.0
+    out["rollout_is_eff_sample_size"] = 1.0 / masked_mean((clamped / (mean_c + 1e-8)).square(), m).item()
+    seq = (v * m).sum(-1)[rows] / m.sum(-1)[rows]  # (B',) per-sequence mean weight
+    out["rollout_is_seq_mean"] = seq.mean().item()
+    out["rollout_is_seq_std"] = seq.std().item() if seq.numel() > 1 else 0.0
+    out["rollout_is_seq_max"] = seq.max().item()
+    out["rollout_is_seq_min"] = seq.min().item()
+    out["rollout_is_seq_max_deviation"] = (seq - 1.0).abs().max().item()
+    out["rollout_is_seq_fraction_high"] = (seq > upper).float().mean().item()
+    out["rollout_is_seq_fraction_low"] = (seq < lower).float().mean().item()
+    return {f"rollout_corr/{key}": value for key, value in out.items()}
