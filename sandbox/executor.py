@@ -1,120 +1,335 @@
-"""Pure execution core: run an untrusted Python snippet in a child process.
+"""Pure execution core: a warm pool of zygotes that fork one isolated child per run (no FastAPI here).
 
-First version (issue 2). What is isolated now:
-- a separate interpreter process in its own session (process group), killed as a whole on timeout;
-- a private temporary working directory, removed afterwards;
-- a clean environment (only PATH, LANG, HOME=tmpdir, PYTHONHASHSEED, PYTHONDONTWRITEBYTECODE);
-- rlimits: CPU seconds, address space, file size, open files, no core dumps;
-- stdout/stderr read concurrently with byte caps (excess is discarded, a truncation flag is set).
-What is NOT isolated yet (issue 3): network, PID namespace, uid (runs as the caller), filesystem
-reads outside the temp dir. Do not expose this to untrusted users before issue 3 lands.
+Each of `workers` slots owns a light zygote (stdlib preloaded) and a heavy one (numpy, sympy preloaded); code
+that names a heavy module forks from the heavy zygote, everything else from the light one, because forking and
+tearing down a larger interpreter costs more (≈ 2 ms more here) — the choice changes speed, never isolation.
 
-This module never imports FastAPI; the HTTP service is a thin layer over it.
+What IS isolated, per layer (each detected at start, reported by `Pool.info()` / `/healthz`; tier names from
+reference/sandbox.md §5):
+- always (T0): own session and process group, killed as a whole (plus a subreaper sweep) at the wall-clock
+  deadline or when the main process exits; rlimits CPU, AS (memory), FSIZE, NOFILE, CORE=0, MEMLOCK=0;
+  no_new_privs; a clean whitelisted environment; a fresh 0700 workdir (cwd, HOME, TMPDIR) deleted afterwards;
+  every inherited descriptor closed (user code cannot reach the API's sockets); stdout/stderr read concurrently
+  with byte caps; request data passed through pipes, never kept by the long-lived zygote.
+- "uid" (server is root, T1): each slot runs code as its own uid (uid_base + slot) with no groups, so it cannot
+  signal or read the server or other runs; RLIMIT_NPROC per slot uid bounds fork bombs; leftovers are killed by uid.
+- "net" (T2): a network namespace with no usable interface: every connect fails at once (ENETUNREACH).
+- "pid" (T2): the zygote is init of a PID namespace, so kill(-1) ends every process of a run (double-forked
+  daemons included) and user code cannot see or signal any outside process.
+- "mount" (T2): private mount tree, everything remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm,
+  /var/tmp (wiped after each run), a private /proc.
+What is NOT isolated: the kernel (no seccomp filter, no gVisor/VM: a kernel exploit escapes); memory is bounded
+by RLIMIT_AS, not a cgroup (page cache and tmpfs use are not counted against it); without "mount", world-readable
+host files stay readable and world-writable dirs writable (files of the slot uid are removed after each run);
+without "net", the network is open; without "uid" and "pid" (T0), code runs as the server's user and can signal or
+read the server — the service refuses to start there unless ALPRL_SANDBOX_ALLOW_UNSAFE=1.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
+import math
 import os
-import resource
+import queue
+import re
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
-import time
+from dataclasses import dataclass, field
 
+from sandbox import _linux
+from sandbox.protocol import Limits, RunSpec, ZygoteConfig
+from sandbox.settings import Settings, SettingsError
 from sandbox.types import ExecutionResult
+from sandbox.worker import RawRun, WorkerFailure, ZygoteProcess
 
-DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
-
-
-def _limits(timeout_s: float, memory_limit_mb: int):
-    """Return a preexec function applying rlimits in the child (runs after fork, before exec)."""
-    cpu = max(1, int(timeout_s) + 1)
-    mem = memory_limit_mb * 1024 * 1024
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024 * 1024,) * 2)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
+log = logging.getLogger("sandbox")
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024  # LocalExecutor's default cap (the service uses Settings.max_output_bytes)
 
 
-def _read_capped(stream, cap: int, out: list[bytes], flag: list[bool]) -> None:
-    """Read a pipe to EOF, keeping at most `cap` bytes (keeps draining so the child never blocks)."""
-    kept = 0
-    while chunk := stream.read1(65536):
-        room = cap - kept
-        if len(chunk) > room:
-            flag[0] = True
-        if room > 0:
-            out.append(chunk[:room])
-            kept += len(out[-1])
-    stream.close()
+class UnsafeSandbox(RuntimeError):
+    """Neither a uid switch nor namespaces are available and unsafe mode was not allowed."""
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+class SandboxStartError(RuntimeError):
+    """The pool started but cannot run code (e.g. the slot uid cannot read the Python installation)."""
+
+
+# Imports modules no zygote preloads: proves the run's uid can read the interpreter's files from disk.
+PROBE_CODE = "import csv, encodings.idna, wave\nprint('ok')"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One stateless run. timeout_s: wall clock, clamped to the server maximum; memory_limit_mb ≤ 0 → default."""
+
+    code: str
+    timeout_s: float = 3.0
+    memory_limit_mb: int = -1
+    stdin: str | bytes = b""
+    files: dict[str, bytes] = field(default_factory=dict)
+    fetch_files: tuple[str, ...] = ()
+    max_output_bytes: int | None = None
+
+
+def limits_for(s: Settings, req: RunRequest) -> Limits:
+    """Clamp a request's limits to the server's: timeout to (0, max_run_timeout_s]; memory ≤ 0 → default."""
+    timeout = min(max(float(req.timeout_s), 0.001), s.max_run_timeout_s)
+    memory = s.default_memory_mb if req.memory_limit_mb is None or req.memory_limit_mb <= 0 else \
+        min(max(int(req.memory_limit_mb), 32), s.max_memory_mb)
+    return Limits(timeout_s=timeout, memory_mb=memory, max_file_mb=s.max_file_mb, max_open_files=s.max_open_files,
+                  max_processes=s.max_processes, cpu_s=math.ceil(timeout) + 1)
+
+
+def tier_of(layers: set[str] | frozenset[str]) -> str:
+    if {"net", "pid", "mount"} <= set(layers):
+        return "T2"
+    return "T1" if "uid" in layers else "T0"
+
+
+def to_result(raw: RawRun) -> ExecutionResult:
+    """Map a zygote report onto ExecutionResult (SandboxError only for failures of the sandbox itself)."""
+    rep, out, err = raw.report, raw.stdout, raw.stderr
+    common = {"stdout": out.text(), "wall_time_s": rep.wall_s, "stdout_truncated": out.truncated,
+              "stderr_truncated": err.truncated, "files": raw.files}
+    if rep.setup_error:
+        return ExecutionResult("SandboxError", **{**common, "stderr": f"sandbox setup failed: {rep.setup_error}"})
+    if rep.killed_reason == "timeout":
+        return ExecutionResult("TimeLimitExceeded", stderr=err.text(), return_code=None, killed_reason="timeout",
+                               **common)
+    if rep.killed_reason in ("server", "request"):
+        return ExecutionResult("SandboxError", stderr=f"run aborted ({rep.killed_reason})", **common)
+    status = "Success" if rep.return_code == 0 else "Failed"
+    return ExecutionResult(status, stderr=err.text(), return_code=rep.return_code,
+                           killed_reason=rep.killed_reason, **common)
+
+
+class _Slot:
+    def __init__(self, index: int, uid: int | None):
+        self.index, self.uid = index, uid
+        self.light: ZygoteProcess | None = None
+        self.heavy: ZygoteProcess | None = None
+        self.heavy_done = threading.Event()  # set once the heavy zygote started (or failed to)
+
+
+class Pool:
+    """`workers` slots of warm zygotes; `run()` is blocking and thread-safe (one run per slot at a time)."""
+
+    def __init__(self, settings: Settings | None = None, *, allow_unsafe: bool | None = None):
+        self.settings = s = settings or Settings.from_env()
+        self._requested = s.requested_layers()
+        self._heavy_re = _word_regex(s.heavy_triggers) if s.preload_heavy.strip() else None
+        self._free: queue.Queue[_Slot] = queue.Queue()
+        self._slots: list[_Slot] = []
+        self._closed = False
+        self.respawns = 0
+        self.runs = 0
+        os.makedirs(s.workdir_root, mode=0o711, exist_ok=True)
+        root = os.geteuid() == 0
+        self.uses_uid = root and "uid" in self._requested
+        uids = [s.uid_base + i for i in range(s.worker_count)] if self.uses_uid else []
+        try:
+            for i in range(s.worker_count):
+                slot = _Slot(i, uids[i] if uids else None)
+                slot.light = self._spawn(slot, s.preload)
+                self._slots.append(slot)
+            self.info_first = self._slots[0].light.info
+            allowed = s.allow_unsafe if allow_unsafe is None else allow_unsafe
+            self._check_safety(allowed)
+            if uids:  # session uids follow the slot uids (sandbox.sessions)
+                check_uids_unused(set(range(s.uid_base, s.uid_base + s.worker_count + s.max_sessions)),
+                                  fatal="pid" not in self.info_first["layers"])
+            for slot in self._slots:
+                self._free.put(slot)
+            self._probe()
+        except BaseException:
+            self.close()
+            raise
+        for slot in self._slots:
+            threading.Thread(target=self._start_heavy, args=(slot,), daemon=True).start()
+
+    # ---- zygote management ----------------------------------------------------------------------------
+    def _spawn(self, slot: _Slot, preload: str) -> ZygoteProcess:
+        s = self.settings
+        cfg = ZygoteConfig(slot=slot.index, uid=slot.uid, layers=self._requested,
+                           preload=tuple(m.strip() for m in preload.split(",") if m.strip()),
+                           tmpfs_mb=s.tmpfs_mb, workdir_root=s.workdir_root)
+        return ZygoteProcess(cfg)
+
+    def _start_heavy(self, slot: _Slot) -> None:
+        try:
+            if self._heavy_re is not None and not self._closed:
+                heavy = self._spawn(slot, f"{self.settings.preload},{self.settings.preload_heavy}")
+                if self._closed:  # the pool closed while this zygote was starting
+                    heavy.close(timeout_s=0.5)
+                else:
+                    slot.heavy = heavy
+        except WorkerFailure as exc:
+            log.warning("heavy zygote for slot %d unavailable (%s); heavy code uses the light one", slot.index, exc)
+        finally:
+            slot.heavy_done.set()
+
+    def _check_safety(self, allowed: bool) -> None:
+        active = set(self.info_first["layers"])
+        for name, reason in self.info_first["errors"].items():
+            log.warning("sandbox layer %s unavailable: %s", name, reason)
+        log.info("sandbox isolation: tier %s, layers %s", tier_of(active), sorted(active) or "none")
+        if not active & {"uid", "pid", "net", "userns"}:
+            if not allowed:
+                raise UnsafeSandbox("no uid switch and no namespaces are available: user code would run as the "
+                                    "server's user. Run as root, allow user namespaces, use Docker, or set "
+                                    "ALPRL_SANDBOX_ALLOW_UNSAFE=1 on a trusted developer machine")
+            log.warning("ALPRL_SANDBOX_ALLOW_UNSAFE=1: running untrusted code WITHOUT uid or namespace isolation")
+
+    def _probe(self) -> None:
+        result = self.run(RunRequest(PROBE_CODE, timeout_s=30.0))
+        if result.stdout != "ok\n":
+            detail = (result.stderr.strip().splitlines() or [result.status])[-1]
+            raise SandboxStartError(
+                f"sandboxed code cannot import the standard library ({detail}). With the uid layer and no mount "
+                f"layer the Python installation ({sys.base_prefix}) must be readable by other users; enable the "
+                "mount layer (run as root with namespaces) or install Python in a world-readable location")
+
+    def _replace(self, slot: _Slot, which: str) -> None:
+        """Runs in a background thread: swap a broken or worn-out zygote, then free the slot again."""
+        old = getattr(slot, which)
+        try:
+            if old is not None:
+                old.close(timeout_s=0.5)
+            preload = self.settings.preload
+            if which == "heavy":
+                preload = f"{preload},{self.settings.preload_heavy}"
+            setattr(slot, which, None if self._closed else self._spawn(slot, preload))
+            self.respawns += 1
+        except WorkerFailure as exc:
+            log.error("could not restart the %s zygote of slot %d: %s", which, slot.index, exc)
+            setattr(slot, which, None)
+        finally:
+            if not self._closed:
+                self._free.put(slot)
+
+    # ---- running ------------------------------------------------------------------------------------------
+    def run(self, req: RunRequest, *, wait_s: float | None = None) -> ExecutionResult:
+        """Run one request; waits up to `wait_s` (default: queue_timeout_s) for a free slot."""
+        if self._closed:
+            return ExecutionResult("SandboxError", stderr="sandbox pool is closed")
+        try:
+            slot = self._free.get(timeout=self.settings.queue_timeout_s if wait_s is None else wait_s)
+        except queue.Empty:
+            return ExecutionResult("SandboxError", stderr="no sandbox worker became free in time")
+        which = "light"
+        try:
+            which, zygote = self._pick(slot, req.code)
+            if zygote is None:
+                return ExecutionResult("SandboxError", stderr="sandbox worker unavailable (restarting)")
+            stdin = req.stdin.encode("utf-8", "surrogateescape") if isinstance(req.stdin, str) else req.stdin
+            spec = RunSpec(limits=limits_for(self.settings, req), fetch_files=tuple(req.fetch_files),
+                           max_fetch_bytes=self.settings.max_files_bytes)
+            cap = req.max_output_bytes or self.settings.max_output_bytes
+            # A small per-call cap only trims what is kept; floods are judged against the server's cap.
+            flood = max(cap, self.settings.max_output_bytes) * self.settings.output_kill_factor
+            raw = zygote.run(spec, req.code, dict(req.files), stdin, max_output=cap, kill_after_bytes=flood)
+            self.runs += 1
+            if raw.report.cleanup_error:
+                log.warning("slot %d cleanup: %s", slot.index, raw.report.cleanup_error)
+            return to_result(raw)
+        except WorkerFailure as exc:
+            log.error("slot %d: %s", slot.index, exc)
+            return ExecutionResult("SandboxError", stderr=f"sandbox worker failed: {exc}")
+        finally:
+            self._release(slot, which)
+
+    def _pick(self, slot: _Slot, code: str) -> tuple[str, ZygoteProcess | None]:
+        if self._heavy_re is not None and self._heavy_re.search(code):
+            slot.heavy_done.wait(timeout=120)
+            if slot.heavy is not None and slot.heavy.alive:
+                return "heavy", slot.heavy
+        if slot.light is None or not slot.light.alive:  # died while idle (e.g. killed): replace it now
+            if slot.light is not None:
+                slot.light.kill()
+            try:
+                slot.light = self._spawn(slot, self.settings.preload)
+                self.respawns += 1
+            except WorkerFailure as exc:
+                log.error("slot %d: cannot restart its zygote: %s", slot.index, exc)
+                slot.light = None
+        return "light", slot.light
+
+    def _release(self, slot: _Slot, which: str) -> None:
+        zygote = getattr(slot, which)
+        if zygote is None or not zygote.alive or zygote.runs >= self.settings.zygote_max_runs:
+            threading.Thread(target=self._replace, args=(slot, which), daemon=True).start()
+        elif not self._closed:
+            self._free.put(slot)
+
+    # ---- introspection and shutdown -----------------------------------------------------------------------
+    def zygote_pids(self) -> list[int]:
+        return [z.pid for s in self._slots for z in (s.light, s.heavy) if z is not None and z.alive]
+
+    def info(self) -> dict:
+        active = sorted(self.info_first["layers"])
+        return {"workers": len(self._slots), "tier": tier_of(set(active)), "layers": active,
+                "layer_errors": self.info_first["errors"], "idle_workers": self._free.qsize(),
+                "preloaded": self.info_first["preloaded"], "runs": self.runs, "respawns": self.respawns,
+                "zygote_pids": self.zygote_pids()}
+
+    def close(self) -> None:
+        self._closed = True
+        for slot in self._slots:
+            for z in (slot.light, slot.heavy):
+                if z is not None:
+                    z.close(timeout_s=0.5)
+        shutil.rmtree(self.settings.workdir_root, ignore_errors=True)
+
+
+def _word_regex(words: str) -> re.Pattern:
+    names = [re.escape(w.strip()) for w in words.split(",") if w.strip()]
+    return re.compile(r"\b(?:" + "|".join(names) + r")\b") if names else re.compile(r"(?!)")
+
+
+def check_uids_unused(uids: set[int], *, fatal: bool) -> None:
+    """Slot uids must be ours alone when leftovers are killed by uid (no PID namespace); else only warn."""
+    busy = _linux.pids_of_uid(uids)
+    if not busy:
+        return
+    msg = (f"SANDBOX_UID_BASE: slot uids {min(uids)}..{max(uids)} are in use (e.g. by pid {busy[0]}); "
+           "choose a free range for SANDBOX_UID_BASE (one per server)")
+    if fatal:
+        raise SettingsError(msg)
+    log.warning("%s — harmless with PID namespaces, but RLIMIT_NPROC is shared", msg)
+
+
+# ---- in-process convenience API (issue 2's interface) ------------------------------------------------------
+_shared: dict[int, Pool] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool() -> Pool:
+    """A process-wide pool for in-process use (tests, `make_runner(None)`); created on first use."""
+    with _shared_lock:
+        pool = _shared.get(os.getpid())  # a forked process must not reuse its parent's zygote sockets
+        if pool is None:
+            # Several processes may each hold an in-process pool (test workers, trainer ranks): unless a uid
+            # range is configured, give each its own, derived from the pid.
+            base = None if "SANDBOX_UID_BASE" in os.environ else 10000 + (os.getpid() % 400) * 100
+            settings = Settings.from_env(workers=min(2, os.cpu_count() or 1), uid_base=base)
+            pool = _shared[os.getpid()] = Pool(settings, allow_unsafe=True)
+            atexit.register(pool.close)
+        return pool
 
 
 def execute(code: str, *, timeout_s: float = 3.0, memory_limit_mb: int = 1024, stdin: str = "",
             max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> ExecutionResult:
-    """Run `code` with `python -I` in a fresh process; never raises for untrusted-code problems."""
-    workdir = tempfile.mkdtemp(prefix="alprl-run-")
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "PYTHONHASHSEED": "0",
-           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
-    start = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", code], cwd=workdir, env=env, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            preexec_fn=_limits(timeout_s, memory_limit_mb))
-    except OSError as exc:
-        shutil.rmtree(workdir, ignore_errors=True)
-        return ExecutionResult("SandboxError", stderr=f"could not start interpreter: {exc}")
-    outs: list[bytes] = []
-    errs: list[bytes] = []
-    out_trunc, err_trunc = [False], [False]
-    readers = [threading.Thread(target=_read_capped, args=(proc.stdout, max_output_bytes, outs, out_trunc)),
-               threading.Thread(target=_read_capped, args=(proc.stderr, max_output_bytes, errs, err_trunc))]
-    for t in readers:
-        t.daemon = True
-        t.start()
-    try:
-        if stdin:
-            proc.stdin.write(stdin.encode())
-        proc.stdin.close()
-    except (BrokenPipeError, OSError):
-        pass
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    _kill_group(proc)  # also reaps daemons the snippet left in its group
-    proc.wait()
-    for t in readers:
-        t.join(timeout=1.0)
-    wall = time.monotonic() - start
-    shutil.rmtree(workdir, ignore_errors=True)
-    stdout = b"".join(outs).decode("utf-8", errors="replace")
-    stderr = b"".join(errs).decode("utf-8", errors="replace")
-    if timed_out:
-        status = "TimeLimitExceeded"
-    else:
-        status = "Success" if proc.returncode == 0 else "Failed"
-    return ExecutionResult(status, stdout, stderr, proc.returncode, wall, out_trunc[0], err_trunc[0])
+    """Run `code` in the shared warm pool; never raises for untrusted-code problems."""
+    return shared_pool().run(RunRequest(code, timeout_s, memory_limit_mb, stdin, max_output_bytes=max_output_bytes))
 
 
 class LocalExecutor:
-    """In-process CodeRunner over `execute` (no server needed; used by tests and as a fallback)."""
+    """In-process CodeRunner over the shared pool (no server needed; the service path is `sandbox.client`).
+
+    Unsafe mode is allowed here: whoever calls this in-process already runs code on the machine.
+    """
 
     def __init__(self, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES):
         self.max_output_bytes = max_output_bytes
@@ -124,5 +339,11 @@ class LocalExecutor:
         return execute(code, timeout_s=timeout_s, memory_limit_mb=memory_limit_mb, stdin=stdin,
                        max_output_bytes=self.max_output_bytes)
 
+    def session(self):
+        """A persistent interpreter (see `sandbox.client` for the session API); never raises."""
+        from sandbox.sessions import LocalSession, shared_session_manager
+
+        return LocalSession(shared_session_manager())
+
     def close(self) -> None:
-        pass
+        """Nothing to release: the shared pool lives until interpreter exit."""

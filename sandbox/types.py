@@ -8,7 +8,7 @@ could not start the process, server unreachable after retries, ...).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
 Status = Literal["Success", "Failed", "TimeLimitExceeded", "SandboxError"]
@@ -16,7 +16,13 @@ Status = Literal["Success", "Failed", "TimeLimitExceeded", "SandboxError"]
 
 @dataclass(frozen=True)
 class ExecutionResult:
-    """Outcome of running one Python snippet."""
+    """Outcome of running one Python snippet.
+
+    return_code: exit status, negative = killed by that signal (-9 SIGKILL, -11 SIGSEGV); None on a time limit
+    or a sandbox error. wall_time_s: seconds from start to exit, queue wait excluded. killed_reason: "timeout",
+    "output" (printed far past the cap) or None. session_lost: a session's interpreter is gone (session mode).
+    files: fetched files, path → bytes.
+    """
 
     status: Status
     stdout: str = ""
@@ -25,6 +31,9 @@ class ExecutionResult:
     wall_time_s: float = 0.0
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    killed_reason: str | None = None
+    session_lost: bool = False
+    files: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -40,6 +49,21 @@ class CodeRunner(Protocol):
     Implementations never raise for untrusted-code problems (timeouts, crashes, huge output);
     infrastructure failures come back as ``status="SandboxError"``.
     """
+
+    def run(self, code: str, *, timeout_s: float = 3.0, memory_limit_mb: int = 1024,
+            stdin: str = "") -> ExecutionResult: ...
+
+    def close(self) -> None: ...
+
+
+class SessionRunner(Protocol):
+    """A persistent interpreter: `run` calls share variables; what `LocalExecutor.session()` and
+    `SandboxClient.session()` return (see `sandbox.client` for the lost-session rules).
+
+    Never raises: once the interpreter is gone every `run` returns ``session_lost=True``.
+    """
+
+    session_id: str
 
     def run(self, code: str, *, timeout_s: float = 3.0, memory_limit_mb: int = 1024,
             stdin: str = "") -> ExecutionResult: ...

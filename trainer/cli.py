@@ -43,8 +43,50 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(demo, "configs/demo.yaml")
     report = sub.add_parser("report", help="(re)write <run>/report.html from a run directory")
     report.add_argument("run_dir")
+    _add_robustness_parser(sub)
     sub.add_parser("sandbox", help="the code-execution service (alprl sandbox serve --help)", add_help=False)
     return parser
+
+
+def _add_robustness_parser(sub) -> None:
+    rob = sub.add_parser("robustness", help="success of a checkpoint under hidden-state noise, pruning and "
+                         "quantization → HTML + JSON + PNG report",
+                         description="Evaluate a checkpoint clean and under each perturbation family and scale "
+                         "(the same tasks and sampling seeds for every condition).")
+    rob.add_argument("--checkpoint", required=True, help="HF model directory (e.g. runs/demo/checkpoints/step_30)")
+    rob.add_argument("--env", default="tir", help="tir | household | webshop, or a Gymnasium id (default: tir)")
+    rob.add_argument("--perturb", default="noise,prune,quant", help="families, comma separated "
+                     "(noise, prune, prune_nm, quant)")
+    rob.add_argument("--scales", default="", help="per-family scales, e.g. 'noise=0.05,0.1;quant=int8,int4' "
+                     "(default: the evaluator's built-in sweep)")
+    rob.add_argument("--tasks", type=int, default=32, help="held-out tasks (default 32)")
+    rob.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
+    rob.add_argument("--sample", action="store_true", help="sample at temperature 1 instead of greedy decoding")
+    rob.add_argument("--layers", default="all", help="decoder layers to perturb: all, 0-5, ... (default all)")
+    rob.add_argument("--out", default="", help="output directory (default <checkpoint>/robustness)")
+    rob.add_argument("--seed", type=int, default=0)
+
+
+ENV_ALIASES = {"tir": "alprl/TIRMath-v0", "household": "alprl/Household-v0", "webshop": "alprl/WebShop-v0"}
+
+
+def run_robustness_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from evaluation.robustness_cli import parse_scales, run_robustness
+
+    try:
+        scales = parse_scales(args.scales) if args.scales else None
+        families = [f.strip() for f in args.perturb.split(",") if f.strip()]
+        report = run_robustness(args.checkpoint, ENV_ALIASES.get(args.env, args.env), families, scales,
+                                args.out or Path(args.checkpoint) / "robustness", args.tasks,
+                                samples_per_task=args.samples, greedy=not args.sample, layers=args.layers,
+                                seed=args.seed, progress=print)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"alprl robustness: error: {exc}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0
 
 
 def config_help() -> str:
@@ -69,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return sandbox_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command == "robustness":
+        return run_robustness_command(args)
     if args.command == "report":
         from evaluation.report import write_report
 

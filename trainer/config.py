@@ -185,6 +185,8 @@ class SFTConfig:
     """Share of expert episodes that guess without the tool (headroom for RL)."""
     p_wrong_copy: float = 0.1
     """Share of expert episodes that copy the tool result wrongly."""
+    varied_phrasing: bool = False
+    """Vary the expert's sentences; off keeps copied numbers at fixed offsets, which tiny models learn fast."""
     epochs: int = 2
     """Passes over the SFT data."""
     lr: float = 2e-3

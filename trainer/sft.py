@@ -55,7 +55,7 @@ def play_expert(cfg: TrainConfig, index: int) -> ExpertEpisode:
                              task_types=cfg.env.task_types or None)
         rng = random.Random(cfg.seed * 7919 + index)
         turns = expert_turns(task, cfg.env.style, rng=rng, p_skip_tool=cfg.sft.p_skip_tool,
-                             p_wrong_copy=cfg.sft.p_wrong_copy)
+                             p_wrong_copy=cfg.sft.p_wrong_copy, varied_phrasing=cfg.sft.varied_phrasing)
         observations, reward = [], 0.0
         for turn in turns:
             obs, reward, terminated, truncated, _ = env.step(turn)

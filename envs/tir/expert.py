@@ -25,7 +25,9 @@ ANSWER_SENTENCES = ("The answer is \\boxed{%s}.", "So the answer is \\boxed{%s}.
 
 
 def expert_code_turn(task: TIRTask, style: str = "simpletir", rng: random.Random | None = None) -> str:
-    """Turn 1: a sentence and the tool call for `task.solution_code`, ending at the style's stop string."""
+    """Turn 1: a sentence and the tool call for `task.solution_code`, ending at the style's stop string.
+
+    `rng=None` always uses the first sentence (fixed phrasing)."""
     sentence = rng.choice(CODE_SENTENCES) if rng is not None else CODE_SENTENCES[0]
     return f"{sentence}\n{get_style(style).format_tool_call(task.solution_code)}"
 
@@ -75,19 +77,22 @@ def guess_without_tool(answer: str, rng: random.Random) -> str:
 
 
 def expert_turns(task: TIRTask, style: str = "simpletir", *, rng: random.Random | None = None,
-                 p_skip_tool: float = 0.0, p_wrong_copy: float = 0.0) -> list[str]:
+                 p_skip_tool: float = 0.0, p_wrong_copy: float = 0.0, varied_phrasing: bool = True) -> list[str]:
     """Assistant turn texts of one expert episode for `task` in `style` (see the module docstring).
 
     `rng`: source of phrasing and imperfection draws; None = a generator seeded from the task id (so the
-    same task always gets the same turns).
+    same task always gets the same turns). `varied_phrasing=False` always uses the first sentence of each
+    kind: the copied numbers then sit at fixed distances from their source, which a tiny model learns
+    to copy far sooner (the CPU demo uses it).
     """
     get_style(style)  # unknown style -> ValueError listing the valid ones
     for name, p in (("p_skip_tool", p_skip_tool), ("p_wrong_copy", p_wrong_copy)):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
     rng = rng if rng is not None else random.Random(zlib.crc32(task.task_id.encode()))
+    phrasing = rng if varied_phrasing else None
     if rng.random() < p_skip_tool:
-        return [expert_answer_turn(guess_without_tool(task.answer, rng), rng)]
-    code_turn = expert_code_turn(task, style, rng)
+        return [expert_answer_turn(guess_without_tool(task.answer, rng), phrasing)]
+    code_turn = expert_code_turn(task, style, phrasing)
     copied = _digit_slip(task.answer, rng) if rng.random() < p_wrong_copy else task.answer
-    return [code_turn, expert_answer_turn(copied, rng)]
+    return [code_turn, expert_answer_turn(copied, phrasing)]

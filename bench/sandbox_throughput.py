@@ -1,0 +1,132 @@
+"""Sandbox throughput: trivial code over HTTP vs a naive `subprocess.run([python, "-c", code])`, same run.
+
+    python bench/sandbox_throughput.py [--requests 2000] [--concurrency 8] [--naive 80] [--workers N]
+
+Starts a real server (`sandbox.local_server`), then measures on loopback, each with the same trivial program:
+  1. latency: sequential POST /run_code on one keep-alive connection → p50 / p99 (ms);
+  2. throughput: `--concurrency` client threads, each with its own keep-alive connection → executions/s;
+  3. naive: `subprocess.run([sys.executable, "-c", code])` sequentially, and with the same concurrency.
+Phases 2 and 3 alternate over `--rounds` rounds and are summed, so load from other processes on a shared
+machine hits both sides alike. Prints the figures and the ratios. Targets (DESIGN.md): HTTP throughput ≥ 10×
+naive, p50 ≤ 5 ms. The client is the standard library's http.client, so it costs as little CPU as possible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sandbox.local_server import start_server  # noqa: E402
+
+CODE = "print(6 * 7)"
+BODY = json.dumps({"code": CODE, "language": "python", "run_timeout": 5}).encode()
+
+
+def http_run(conn: http.client.HTTPConnection) -> None:
+    conn.request("POST", "/run_code", body=BODY, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = json.loads(resp.read())
+    if resp.status != 200 or data["run_result"]["stdout"] != "42\n":
+        raise RuntimeError(f"bad answer: {resp.status} {data}")
+
+
+def latency_ms(host: str, port: int, n: int) -> list[float]:
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        http_run(conn)
+        samples.append((time.perf_counter() - start) * 1e3)
+    conn.close()
+    return sorted(samples)
+
+
+def http_throughput(host: str, port: int, n: int, concurrency: int) -> float:
+    per_thread = [n // concurrency + (i < n % concurrency) for i in range(concurrency)]
+
+    def worker(count: int) -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=60)
+        for _ in range(count):
+            http_run(conn)
+        conn.close()
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(worker, per_thread))
+    return n / (time.perf_counter() - start)
+
+
+def naive_throughput(n: int, concurrency: int) -> float:
+    def one(_):
+        out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=60)
+        assert out.stdout == "42\n"
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, range(n)))
+    return n / (time.perf_counter() - start)
+
+
+def pct(sorted_ms: list[float], q: float) -> float:
+    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=2000, help="HTTP executions for the throughput phase")
+    ap.add_argument("--latency-requests", type=int, default=500, help="sequential executions for p50/p99")
+    ap.add_argument("--concurrency", type=int, default=8, help="client threads (throughput phases)")
+    ap.add_argument("--naive", type=int, default=80, help="naive subprocess executions per naive phase")
+    ap.add_argument("--workers", type=int, default=0, help="server workers (0 = CPUs)")
+    ap.add_argument("--rounds", type=int, default=4, help="alternating HTTP / naive rounds")
+    args = ap.parse_args(argv)
+
+    totals = {"http": [0, 0.0], "naive_seq": [0, 0.0], "naive_par": [0, 0.0]}  # executions, seconds
+
+    def add(key: str, n: int, rate: float) -> None:
+        totals[key][0] += n
+        totals[key][1] += n / rate
+
+    with start_server(workers=args.workers, max_queue=4 * args.concurrency + 64, max_sessions=0) as server:
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        info = json.loads(_get(host, int(port), "/v1/info"))
+        latency_ms(host, int(port), 100)  # warm-up: connections, zygote pages, allocator
+        lat = latency_ms(host, int(port), args.latency_requests)
+        for _ in range(args.rounds):
+            n, m = args.requests // args.rounds, max(1, args.naive // args.rounds)
+            add("http", n, http_throughput(host, int(port), n, args.concurrency))
+            add("naive_seq", m, naive_throughput(m, 1))
+            add("naive_par", m, naive_throughput(m, args.concurrency))
+    http_rate, naive_seq, naive_par = (totals[k][0] / totals[k][1] for k in ("http", "naive_seq", "naive_par"))
+
+    p50, p99 = pct(lat, 0.50), pct(lat, 0.99)
+    print(f"machine: {os.cpu_count()} CPUs; server: {info['workers']} workers, isolation {info['tier']} "
+          f"{info['layers']}")
+    print(f"HTTP /run_code latency (sequential, n={len(lat)}): p50 {p50:.2f} ms   p99 {p99:.2f} ms")
+    print(f"HTTP /run_code throughput (concurrency {args.concurrency}, n={args.requests}): {http_rate:8.1f} exec/s")
+    print(f"naive subprocess.run, sequential (n={args.naive}):           {naive_seq:8.1f} exec/s")
+    print(f"naive subprocess.run, concurrency {args.concurrency} (n={args.naive}):        {naive_par:8.1f} exec/s")
+    print(f"ratio vs naive sequential:        {http_rate / naive_seq:5.1f}x   (target >= 10x)")
+    print(f"ratio vs naive, same concurrency: {http_rate / naive_par:5.1f}x")
+    print(f"p50 target <= 5 ms: {'met' if p50 <= 5 else 'NOT met'}")
+    return 0
+
+
+def _get(host: str, port: int, path: str) -> bytes:
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    conn.request("GET", path)
+    body = conn.getresponse().read()
+    conn.close()
+    return body
+
+
+if __name__ == "__main__":
+    sys.exit(main())

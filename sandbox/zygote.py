@@ -1,0 +1,382 @@
+"""Zygote: a pre-imported, single-threaded interpreter that forks one sandboxed child per run.
+
+Started by `sandbox.worker.Zygote` as ``python -I -c "...zygote.main(fd)"`` with a whitelisted environment and one
+inherited descriptor (its control socket). At start it enters the requested namespaces — each layer tried on its
+own, failures reported, never fatal — then imports the preload modules and answers ``("ready", info)``.
+
+Layers (see reference/sandbox.md §5): "net" (new network namespace: no interface but a down loopback), "pid" (new
+PID namespace; the zygote becomes its init, so ``kill(-1)`` ends every process of a run and /proc is private),
+"mount" (private mount tree: every mount remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm, /var/tmp,
+a new /proc), "uid" (runs switch to a dedicated slot uid; needs root). As non-root, namespaces come from a user
+namespace where the kernel allows it.
+
+Run lifecycle: fork → child sets itself up (`sandbox.child`) → wait for exit, a "kill" message or the wall-clock
+deadline → kill the whole tree → reap → optional fetch helper (as the run's uid) → delete the workdir and wipe the
+private tmp dirs → ``("exited", RunReport)``. A "session" zygote does the same for one long-lived interpreter.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import os
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+
+from sandbox import _linux, child
+from sandbox.protocol import RunReport, RunSpec, SessionSpec, ZygoteConfig, recv, send
+
+TMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
+PRIVATE_ROOT = "/tmp/.alprl"  # workdir root inside the private /tmp when the mount layer is active
+REAP_GRACE_S = 5.0
+
+
+def _log(msg: str) -> None:
+    try:
+        os.write(2, f"[sandbox.zygote {os.getpid()}] {msg}\n".encode())
+    except OSError:
+        pass
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket, config: ZygoteConfig):
+        self.sock = sock
+        self.config = config
+        self.active: set[str] = set()
+        self.errors: dict[str, str] = {}
+        self.uid: int | None = None
+        self.workdir = ""
+        self.tmp_dirs: tuple[str, ...] = ()
+        self.exposed: list[str] = []
+
+    # ---- start-up -------------------------------------------------------------------------------------
+    def enter_namespaces(self) -> None:
+        wanted, root = self.config.layers, os.geteuid() == 0
+        if "uid" in wanted:
+            if root and self.config.uid:
+                self.uid = self.config.uid
+                self.active.add("uid")
+            else:
+                self.errors["uid"] = "needs the server to run as root"
+        if wanted & {"net", "pid", "mount"} and not root:
+            try:
+                uid, gid = os.getuid(), os.getgid()
+                _linux.unshare(_linux.CLONE_NEWUSER)
+                _linux.write_id_maps(uid, gid)
+                self.active.add("userns")
+            except OSError as exc:
+                self.errors["userns"] = str(exc)
+        for layer, flag in (("net", _linux.CLONE_NEWNET), ("mount", _linux.CLONE_NEWNS),
+                            ("pid", _linux.CLONE_NEWPID)):
+            if layer in wanted:
+                try:
+                    _linux.unshare(flag)
+                    self.active.add(layer)
+                except OSError as exc:
+                    self.errors[layer] = str(exc)
+        if "pid" in self.active:
+            self._become_init()
+
+    def _become_init(self) -> None:
+        """unshare(CLONE_NEWPID) applies to children: fork once; the parent stays as a shim that mirrors exit."""
+        pid = os.fork()
+        if pid == 0:
+            _linux.set_parent_death_signal(signal.SIGKILL)  # shim killed → we die → the whole namespace dies
+            return
+        self.sock.close()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: os.kill(pid, signal.SIGKILL))
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+    def setup_filesystem(self) -> None:
+        if "mount" in self.active:
+            try:
+                _linux.mount(None, "/", None, _linux.MS_REC | _linux.MS_PRIVATE)
+                failed = _linux.readonly_remount_all(skip=("/proc", "/sys", "/dev"))
+                if failed:
+                    self.errors["mount.readonly"] = "; ".join(failed[:5])
+                if self.uid is not None:  # e.g. Python under /root (0700): let the slot uid import the stdlib
+                    needed = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                              *sys.path]
+                    self.exposed = _linux.expose_through(needed)
+                if "pid" in self.active:
+                    _linux.mount("proc", "/proc", "proc", _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC)
+                size = f"size={self.config.tmpfs_mb}m,mode=1777"
+                self.tmp_dirs = tuple(d for d in TMP_DIRS if os.path.isdir(d))
+                for d in self.tmp_dirs:
+                    _linux.mount("tmpfs", d, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV, size)
+                os.mkdir(PRIVATE_ROOT, 0o711)
+            except OSError as exc:
+                self.active.discard("mount")
+                self.errors["mount"] = str(exc)
+        root = PRIVATE_ROOT if "mount" in self.active else self.config.workdir_root
+        self.workdir = os.path.join(root, f"{self.config.kind[0]}{self.config.slot}")
+        if "pid" not in self.active:
+            _linux.set_child_subreaper()  # orphans come back to us, so nothing escapes the reap loop
+
+    def preload(self) -> list[str]:
+        loaded = []
+        for name in self.config.preload:
+            try:
+                importlib.import_module(name)
+                loaded.append(name)
+            except Exception as exc:  # a missing optional module only costs speed
+                self.errors[f"preload.{name}"] = repr(exc)
+        gc.collect()
+        gc.freeze()  # keep preloaded objects out of GC passes, so forked children do not copy their pages
+        return loaded
+
+    # ---- serving --------------------------------------------------------------------------------------
+    def serve(self, loaded: list[str]) -> int:
+        _linux.set_no_new_privs()  # inherited by every child, irreversible: no setuid-binary privilege gain
+        atexit._clear()  # handlers registered by preloaded modules must not run in every child
+        child.rebuild_sys_streams()  # once here; children inherit them (fds 0-2 are re-pointed before use)
+        self.selector = selectors.DefaultSelector()  # reused by every wait: one epoll for the zygote's life
+        self.selector.register(self.sock, selectors.EVENT_READ)
+        self.use_pidfd = _linux.pidfd_works()
+        if not self.use_pidfd:  # kernel < 5.3 or seccomp: learn about exits through SIGCHLD instead
+            self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self.selector.register(self.wake_r, selectors.EVENT_READ)
+            signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+            signal.signal(signal.SIGCHLD, lambda *_: None)
+        info = {"pid": os.getpid(), "layers": sorted(self.active), "errors": self.errors, "preloaded": loaded,
+                "uid": self.uid, "euid": os.geteuid(), "workdir": self.workdir, "exposed": self.exposed}
+        try:
+            send(self.sock, "ready", info)
+        except OSError:  # the server went away while we were starting
+            return 0
+        while True:
+            try:
+                kind, payload, fds = recv(self.sock)
+            except EOFError:
+                return 0
+            if kind == "run":
+                self.run(payload, fds)
+            elif kind == "start":
+                self.session(payload, fds)
+                return 0
+            elif kind == "exit":
+                return 0
+            else:  # a late "kill" for a run that already ended
+                for fd in fds:
+                    os.close(fd)
+
+    def _fork(self, prepare_kwargs: dict, body) -> tuple[int, int]:
+        """Fork a child that runs `child.prepare` then `body(code)`; returns (pid, setup pipe read end)."""
+        setup_r, setup_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                code = child.prepare(keep=(setup_w, *prepare_kwargs.pop("keep", ())), workdir=self.workdir,
+                                     uid=self.uid, reset_signals=not self.use_pidfd, **prepare_kwargs)
+            except BaseException as exc:
+                try:
+                    os.write(setup_w, f"err:{type(exc).__name__}: {exc}".encode()[:4000])
+                finally:
+                    os._exit(125)
+            os.write(setup_w, b"ok")
+            os.close(setup_w)
+            rc = 1
+            try:
+                rc = body(code)
+            finally:
+                os._exit(rc)
+        os.close(setup_w)
+        return pid, setup_r
+
+    def _wait(self, pid: int, deadline: float | None) -> str | None:
+        """Block until `pid` exits (reason None), a kill message arrives, or the deadline passes."""
+        pidfd = os.pidfd_open(pid) if self.use_pidfd else None  # readable once the process has exited
+        if pidfd is not None:
+            self.selector.register(pidfd, selectors.EVENT_READ)
+        try:
+            while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                timeout = None if deadline is None else deadline - time.monotonic()
+                if timeout is not None and timeout <= 0:
+                    return "timeout"
+                for key, _ in self.selector.select(timeout):
+                    if key.fileobj is self.sock:
+                        try:
+                            kind, payload, fds = recv(self.sock)
+                        except EOFError:
+                            return "server"
+                        for fd in fds:
+                            os.close(fd)
+                        if kind in ("kill", "exit"):
+                            return str(payload or "request")
+                    elif pidfd is None:
+                        _linux.drain(self.wake_r)
+            return None
+        finally:
+            if pidfd is not None:
+                self.selector.unregister(pidfd)
+                os.close(pidfd)
+
+    def run(self, spec: RunSpec, fds: list[int]) -> None:
+        payload_r, stdin_r, out_w, err_w, *rest = fds
+        fetch_w = rest[0] if rest else None
+        start = time.monotonic()
+        pid, setup_r = self._fork({"payload_fd": payload_r, "stdio": (stdin_r, out_w, err_w), "limits": spec.limits},
+                                  lambda code: child.run_main(code, self.workdir))
+        for fd in (payload_r, stdin_r, out_w, err_w):
+            os.close(fd)
+        reason = self._wait(pid, start + spec.limits.timeout_s)
+        wall = time.monotonic() - start
+        rc = self._end_tree(pid)
+        report = RunReport(rc, wall, reason, setup_error=_setup_error(setup_r, rc, reason))
+        if fetch_w is not None:
+            if not report.setup_error and spec.fetch_files:
+                self._fetch(spec, fetch_w)
+            os.close(fetch_w)
+        report.cleanup_error = self._cleanup()
+        try:
+            send(self.sock, "exited", report)
+        except OSError:
+            pass  # server gone: the next recv sees EOF and we exit
+
+    def session(self, spec: SessionSpec, fds: list[int]) -> None:
+        cell_r, out_w, err_w, done_w = fds
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        start = time.monotonic()
+        pid, setup_r = self._fork({"payload_fd": None, "stdio": (devnull, out_w, err_w), "keep": (cell_r, done_w),
+                                   "limits": spec.limits},
+                                  lambda _code: child.repl(cell_r, done_w, self.workdir))
+        for fd in (cell_r, out_w, err_w, done_w, devnull):
+            os.close(fd)
+        reason = self._wait(pid, None)
+        rc = self._end_tree(pid)
+        report = RunReport(rc, time.monotonic() - start, reason, setup_error=_setup_error(setup_r, rc, reason))
+        report.cleanup_error = self._cleanup()
+        try:
+            send(self.sock, "exited", report)
+        except OSError:
+            pass
+
+    # ---- ending a run ---------------------------------------------------------------------------------
+    def _end_tree(self, pid: int) -> int:
+        """Kill every process of the run, reap them all; returns the main process's return code."""
+        if "pid" in self.active and os.getpid() == 1:
+            _linux.kill_quietly(-1)  # init of our own PID namespace: this reaches exactly the run's processes
+        else:
+            _linux.kill_quietly(-pid)  # the child called setsid(), so its pgid is its pid
+        rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if "pid" not in self.active:
+            if self.uid is not None:
+                self._kill_uid()
+            if _linux.has_children():  # only then pay for a /proc scan (re-parented orphans, subreaper)
+                for stray in _linux.children_of(os.getpid()):
+                    _linux.kill_quietly(stray)
+        self._reap_all()
+        return rc
+
+    def _kill_uid(self) -> None:
+        """SIGKILL every process of the slot uid (catches setsid'd, re-parented daemons) from a helper.
+
+        kill(-1) returns success whenever *any* other process exists (EPERM is not reported), so its result
+        cannot tell "nothing left"; a second pass covers a fork that raced the first, the reap loop the rest.
+        """
+        helper = os.fork()
+        if helper == 0:
+            try:
+                child.drop_privileges(self.uid)
+                os.kill(-1, signal.SIGKILL)  # as the slot uid: reaches only that uid's processes
+                os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(helper, 0)
+
+    def _reap_all(self) -> None:
+        give_up = time.monotonic() + REAP_GRACE_S
+        while time.monotonic() < give_up:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:  # children left but none dead yet: re-kill (a fork may have raced the first kill)
+                if "pid" in self.active and os.getpid() == 1:
+                    _linux.kill_quietly(-1)
+                else:
+                    for stray in _linux.children_of(os.getpid()):
+                        _linux.kill_quietly(stray)
+                time.sleep(0.001)
+        _log("processes survived the kill for 5 s (uninterruptible sleep?)")
+
+    def _fetch(self, spec: RunSpec, fetch_w: int) -> None:
+        helper = os.fork()
+        if helper == 0:
+            code = 1
+            try:
+                if not self.use_pidfd:
+                    child.reset_process_state()
+                if self.uid is not None:
+                    child.drop_privileges(self.uid)
+                child.fetch_files(self.workdir, spec.fetch_files, spec.max_fetch_bytes, fetch_w)
+                code = 0
+            finally:
+                os._exit(code)
+        if self._wait(helper, time.monotonic() + 10.0) is not None:
+            _linux.kill_quietly(helper)
+        os.waitpid(helper, 0)
+
+    def _cleanup(self) -> str:
+        """Delete the workdir and whatever the run left in the world-writable tmp dirs."""
+        problems = []
+        if os.path.lexists(self.workdir):
+            shutil.rmtree(self.workdir, onerror=lambda f, p, e: problems.append(f"{p}: {e[1]}"))
+        if os.path.lexists(self.workdir):
+            problems.append(f"{self.workdir} still exists")
+        private = "mount" in self.active
+        for d in self.tmp_dirs if private else (TMP_DIRS if self.uid is not None else ()):
+            try:
+                entries = list(os.scandir(d))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.path == PRIVATE_ROOT:
+                    continue
+                try:
+                    if not private and entry.stat(follow_symlinks=False).st_uid != self.uid:
+                        continue  # shared host dir: only remove what this run's uid created
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path)
+                    else:
+                        os.unlink(entry.path)
+                except OSError as exc:
+                    problems.append(f"{entry.path}: {exc.strerror}")
+        return "; ".join(problems)
+
+
+def _setup_error(setup_r: int, rc: int, reason: str | None) -> str:
+    try:
+        status = os.read(setup_r, 4096)
+    finally:
+        os.close(setup_r)
+    if status.startswith(b"ok"):
+        return ""
+    if status.startswith(b"err:"):
+        return status[4:].decode("utf-8", "replace")
+    if reason == "timeout":
+        return ""  # killed by the deadline while still setting up: reported as a time limit
+    return f"run process ended during setup (return code {rc})"
+
+
+def main(fd: int) -> int:
+    sock = socket.socket(fileno=fd)
+    kind, config, _ = recv(sock)
+    if kind != "config":
+        _log(f"expected a config message, got {kind!r}")
+        return 2
+    zygote = Zygote(sock, config)
+    zygote.enter_namespaces()  # with "pid", only the namespace's init returns from here
+    zygote.setup_filesystem()
+    return zygote.serve(zygote.preload())
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))

@@ -1,0 +1,129 @@
+"""Executor core without HTTP: the in-process API (issue 2's interface), result mapping, routing, recycling."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from conftest import fresh_uid_base
+
+from sandbox.executor import LocalExecutor, Pool, RunRequest, execute, limits_for, to_result
+from sandbox.protocol import RunReport
+from sandbox.settings import Settings
+from sandbox.types import CodeRunner, ExecutionResult
+from sandbox.worker import Capture, RawRun
+
+
+@pytest.fixture(scope="module")
+def local():
+    return LocalExecutor()
+
+
+def test_local_executor_is_a_code_runner_and_runs_code(local):
+    runner: CodeRunner = local  # the protocol the envs type against
+    assert callable(runner.run) and callable(runner.close)
+    r = local.run("print(6 * 7)")
+    assert (r.status, r.stdout, r.return_code, r.ok) == ("Success", "42\n", 0, True)
+    assert set(r.to_dict()) >= {"status", "stdout", "stderr", "return_code", "wall_time_s", "stdout_truncated",
+                                "stderr_truncated", "killed_reason", "session_lost", "files"}
+    local.close()  # idempotent no-op: the shared pool lives on
+    assert local.run("print(1)").ok
+
+
+@pytest.mark.parametrize("code, status, rc", [
+    ("import sys; sys.exit(3)", "Failed", 3),
+    ("raise ValueError('boom')", "Failed", 1),
+    ("print(", "Failed", 1),
+    ("print(1)\x00", "Failed", 1),  # NUL byte: the interpreter refuses the source
+    ("import os; os.kill(os.getpid(), 9)", "Failed", -9),
+])
+def test_user_failures_are_failed_never_sandbox_error(local, code, status, rc):
+    r = local.run(code)
+    assert (r.status, r.return_code) == (status, rc)
+
+
+def test_tracebacks_point_at_user_code_only(local):
+    r = local.run("def f():\n    return 1 / 0\nf()")
+    assert 'File "main.py", line 2, in f' in r.stderr and "sandbox" not in r.stderr
+    assert r.stderr.strip().endswith("ZeroDivisionError: division by zero")
+
+
+def test_timeout_stdin_and_output_cap(local):
+    assert local.run("while True: pass", timeout_s=0.3).status == "TimeLimitExceeded"
+    assert local.run("print(input()[::-1])", stdin="abc\n").stdout == "cba\n"
+    capped = LocalExecutor(max_output_bytes=10).run("print('x' * 100)")
+    assert capped.stdout == "x" * 10 and capped.stdout_truncated and capped.ok
+
+
+def test_execute_function_keeps_its_signature():
+    r = execute("import sys\nprint(sys.stdin.read())", timeout_s=2.0, memory_limit_mb=512, stdin="in",
+                max_output_bytes=1024)
+    assert r.stdout == "in\n"
+
+
+def test_heavy_modules_route_to_the_preloaded_zygote(local):
+    # The word "numpy" routes to the heavy zygote, where numpy is already imported before the snippet runs.
+    assert local.run("import sys\nprint('numpy' in sys.modules)").stdout == "True\n"
+    assert local.run("import sys\nprint(('num' + 'py') in sys.modules)").stdout == "False\n"
+    assert local.run("import numpy as np\nprint(int(np.arange(5).sum()))").stdout == "10\n"
+    assert local.run("import sympy\nprint(sympy.factor('x**2 - 1'))").stdout == "(x - 1)*(x + 1)\n"
+
+
+def test_limits_are_clamped_to_the_server_maximum():
+    s = Settings(max_run_timeout_s=5, default_memory_mb=256, max_memory_mb=512)
+    lim = limits_for(s, RunRequest("x", timeout_s=100, memory_limit_mb=-1))
+    assert (lim.timeout_s, lim.memory_mb, lim.cpu_s) == (5, 256, 6)
+    assert limits_for(s, RunRequest("x", timeout_s=0.5, memory_limit_mb=10**6)).memory_mb == 512
+    assert limits_for(s, RunRequest("x", memory_limit_mb=1)).memory_mb == 32
+
+
+def _raw(report: RunReport, out: bytes = b"", err: bytes = b"") -> RawRun:
+    o, e = Capture(100), Capture(100)
+    o.feed(out)
+    e.feed(err)
+    return RawRun(report, o, e)
+
+
+@pytest.mark.parametrize("report, expected", [
+    (RunReport(0, 0.1), ("Success", 0, None)),
+    (RunReport(2, 0.1), ("Failed", 2, None)),
+    (RunReport(-11, 0.1), ("Failed", -11, None)),
+    (RunReport(-9, 3.0, killed_reason="timeout"), ("TimeLimitExceeded", None, "timeout")),
+    (RunReport(-9, 0.5, killed_reason="output"), ("Failed", -9, "output")),
+    (RunReport(125, 0.0, setup_error="OSError: no space"), ("SandboxError", None, None)),
+    (RunReport(-9, 0.1, killed_reason="server"), ("SandboxError", None, None)),
+])
+def test_reports_map_to_results(report, expected):
+    r = to_result(_raw(report, b"out", b"err"))
+    assert (r.status, r.return_code, r.killed_reason) == expected
+    assert r.stdout == "out"
+
+
+def test_capture_keeps_the_head_and_counts_the_rest():
+    cap = Capture(5)
+    for chunk in (b"abc", b"defg", b"hij"):
+        cap.feed(chunk)
+    assert (cap.text(), cap.total, cap.truncated) == ("abcde", 10, True)
+
+
+def test_zygotes_are_recycled_after_max_runs():
+    pool = Pool(Settings(workers=1, uid_base=fresh_uid_base(), preload="math", preload_heavy="", max_sessions=0,
+                         zygote_max_runs=3), allow_unsafe=True)
+    try:
+        results = [pool.run(RunRequest(f"print({i})")) for i in range(8)]
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(8)]
+        assert pool.respawns >= 2
+    finally:
+        pool.close()
+
+
+def test_closed_pool_leaves_no_process_and_answers_sandbox_error():
+    pool = Pool(Settings(workers=1, uid_base=fresh_uid_base(), preload="math", preload_heavy="", max_sessions=0),
+                allow_unsafe=True)
+    pids = pool.zygote_pids()
+    assert pids
+    pool.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert pool.run(RunRequest("print(1)")) == ExecutionResult("SandboxError", stderr="sandbox pool is closed")
