@@ -34,6 +34,10 @@ class Agent(Protocol):
 
     def decode(self, token_ids: list[int]) -> str: ...
 
+    def turn_ids(self, text: str) -> list[int]:
+        """Token ids of an expert-written turn (SFT data only; sampled text is never re-encoded)."""
+        ...
+
 
 @dataclass
 class RolloutLimits:

@@ -18,10 +18,6 @@ class TIRAgent:
         self.tokenizer = tokenizer
         self.style = get_style(style)
 
-    @staticmethod
-    def system_prompt_for(style: str) -> str:
-        return get_style(style).system_prompt
-
     def messages(self, question: str) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.style.system_prompt}, {"role": "user", "content": question}]
 

@@ -21,6 +21,8 @@ from agents.engines.hf import HFEngine
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent, EpisodeSpec
+from envs.household.splits import SPLIT_OFFSETS
+from trainer.algorithms import AlgorithmHooks
 from trainer.config import TrainConfig
 
 TRAIN_INDICES = range(1_500, 101_500)  # RL draws train tasks here (the train split starts at global index 1500)
@@ -36,16 +38,19 @@ class Components:
     optimizer: torch.optim.Optimizer
     perturbation: LayerwisePerturbation | None = None
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
+    hooks: AlgorithmHooks = field(default_factory=AlgorithmHooks)
 
     def extra_state(self) -> dict:
         """Trainer state that is not part of the HF model (never exported): the ALP log σ values."""
-        return {"perturbation": self.perturbation.state_dict() if self.perturbation else None}
+        return {"perturbation": self.perturbation.state_dict() if self.perturbation else None,
+                "algorithms": self.hooks.state_dict()}
 
     def load_extra_state(self, state: dict) -> int:
         """Restore `extra_state()` from a checkpoint's trainer state; returns the checkpoint's step."""
         saved = state.get("extra", {}).get("perturbation")
         if self.perturbation is not None and saved is not None:
             self.perturbation.load_state_dict(saved)
+        self.hooks.load_state_dict(state.get("extra", {}).get("algorithms") or {})
         return state["step"]
 
     def close(self) -> None:
@@ -63,16 +68,41 @@ def policy_path(cfg: TrainConfig) -> str:
 
 
 def env_kwargs(cfg: TrainConfig) -> dict:
-    """Constructor arguments for the configured env (TIR keys; other envs take what they know)."""
-    if cfg.env.id.startswith("alprl/TIRMath"):
-        return {"style": cfg.env.style, "max_turns": cfg.env.max_turns,
-                "difficulty": cfg.env.difficulty or None, "task_types": cfg.env.task_types or None,
-                "sandbox_url": cfg.env.sandbox_url or None, "run_timeout_s": cfg.env.run_timeout_s}
+    """Constructor arguments for the configured env (each env takes the keys it knows)."""
+    e = cfg.env
+    if e.id.startswith("alprl/TIRMath"):
+        return {"style": e.style, "max_turns": e.max_turns, "difficulty": e.difficulty or None,
+                "task_types": e.task_types or None, "sandbox_url": e.sandbox_url or None,
+                "run_timeout_s": e.run_timeout_s}
+    limit = {"max_steps": e.max_steps} if e.max_steps else {}
+    if e.id.startswith("alprl/Household"):
+        return {"task_types": e.task_types or None} | limit
+    if e.id.startswith("alprl/WebShop"):
+        return {"num_products": e.num_products} | limit
     return {}
 
 
+class GlobalTaskIndex(gym.Wrapper):
+    """Accept the reset option `index` (a global task index, as the TIR env, `episode_specs` and evaluation use)
+    for the household/webshop envs, which take a split-relative `task_id` on WebShop's index line (test 0-499,
+    valid 500-1499, train 1500+; envs/household/splits.py)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        options = dict(options or {})
+        if "index" in options:
+            split = options.get("split", self.env.unwrapped.split)
+            offset = SPLIT_OFFSETS.get(split, 0)  # an unknown split is reported by the env itself
+            options["task_id"] = options.pop("index") - offset
+        return self.env.reset(seed=seed, options=options)
+
+
+def make_env(cfg: TrainConfig) -> gym.Env:
+    env = gym.make(cfg.env.id, **env_kwargs(cfg))
+    return GlobalTaskIndex(env) if cfg.env.id.startswith(("alprl/Household", "alprl/WebShop")) else env
+
+
 def make_envs(cfg: TrainConfig, n: int) -> list[gym.Env]:
-    return [gym.make(cfg.env.id, **env_kwargs(cfg)) for _ in range(n)]
+    return [make_env(cfg) for _ in range(n)]
 
 
 def build_perturbation(model: torch.nn.Module, cfg: TrainConfig) -> LayerwisePerturbation | None:

@@ -63,6 +63,14 @@ class EnvConfig:
     """Wall-clock limit per code execution."""
     mask_void_turns: bool = True
     """Zero the loss mask of trajectories that ended with a void turn (no code, no answer), as SimpleTIR."""
+    expert_epsilon: float = 0.1
+    """Household/WebShop SFT data: probability that the imperfect expert takes a random admissible action."""
+    expert_wrong_option_p: float = 0.1
+    """WebShop SFT data: probability that the imperfect expert picks a wrong value for an option group."""
+    num_products: int = 1000
+    """WebShop: products in the generated catalog (WebShop's small set has 1,000)."""
+    max_steps: int = 0
+    """Household/WebShop step limit (truncation); 0: the env's own (ALFWorld 50, WebShop 15)."""
 
 
 @dataclass
@@ -139,6 +147,33 @@ class AlgoConfig:
     """Per-token veto threshold on v."""
     corr_batch_norm: bool = False
     """Divide w by its batch mean (valid tokens at token level, non-empty rows at seq/geo level)."""
+    mipu_screen: bool = False
+    """MIPU step 2 (reference §3.6): screen each candidate update on fresh validation groups sampled from the
+    synced engine; a rejection restores weights, optimizer state and the engine (trainer/algorithms/mipu.py)."""
+    mipu_val_prompts: int = 0
+    """MIPU: validation prompts per screening, G = rollout.group_size samples each; 0: rollout.prompts_per_step
+    ([R] the paper's 32–64 held-out training-distribution prompts)."""
+    mipu_threshold_start: float = 1.0e-3
+    """MIPU c_0: accept iff the gap proxy T̂ ≥ −c(k), c annealed linearly from c_0 to c_1 (Qwen3-4B 1e-3 → 0)."""
+    mipu_threshold_end: float = 0.0
+    """MIPU c_1: the acceptance threshold after `mipu_anneal_steps` iterations."""
+    mipu_anneal_steps: int = 100
+    """MIPU: iterations over which c(k) goes linearly from c_0 to c_1 (k counts accepted and rejected steps)."""
+    mipu_rollback_window: int = 100
+    """MIPU: window (iterations) of the `mipu/rollback_rate` moving average."""
+    quatro_delta: float = 0.0
+    """QUATRO (reference §3.7, [R]): δ > 0 solves a per-query dual λ_x once per rollout batch and replaces the
+    advantages by the trust-region target log-ratios; δ is the KL budget in nats per (length-normalized)
+    sequence, [R] 0.01–0.05. 0 disables it. The `quatro` loss requires it."""
+    quatro_lambda_min: float = 1.0e-4
+    """QUATRO: lower clamp of λ_x (also the inactive-constraint value), in advantage units."""
+    quatro_lambda_max: float = 1.0e4
+    """QUATRO: upper clamp of λ_x (tiny δ)."""
+    quatro_log_ratio_clamp: float = 5.0
+    """QUATRO safety bound: |log r| and the target log-ratios are clamped to it (0: only the ±20 bound)."""
+    quatro_grpo_scale: bool = True
+    """QUATRO: scale the λ-normalized objective by 1/√(2δ) so its effective advantage tends to GRPO's
+    std-normalized advantage as δ → 0 (learning rates transfer from GRPO); false: unscaled."""
 
 
 @dataclass
@@ -157,6 +192,21 @@ class PerturbConfig:
     """η_σ, learning rate of the log σ param group (TIR 5e-4, single-turn 1e-2)."""
     weight_decay: float = 0.01
     """AdamW weight decay on log σ (the ALP code applies the policy's 0.01, pulling σ toward 1)."""
+    sprpo_adaptive: bool = False
+    """SPrPO (reference §3.8, [R]): every `sprpo_every` steps probe per-layer sensitivity and set σ_l
+    (trainer/algorithms/sprpo.py); needs enabled=true and learnable=false (σ is allocated, not learned)."""
+    sprpo_every: int = 10
+    """SPrPO: steps between sensitivity probes / reallocations (the first one runs at step 1)."""
+    sprpo_target_kl: float = 0.01
+    """SPrPO κ: perturbed-vs-clean KL (k3, nats per sampled token) the allocation budgets and adapts toward."""
+    sprpo_clip_cap: float = 0.2
+    """SPrPO: cap on the noise-induced clip fraction (perturbed ratio at θ_old outside the PPO band)."""
+    sprpo_factor: float = 1.5
+    """SPrPO: multiplicative step of the adaptive gain (×f when KL < κ/f, ÷f when KL > κ·f or clip > cap)."""
+    sprpo_probe_scale: float = 0.05
+    """SPrPO u: relative noise (σ / RMS(h_l)) of the single-layer sensitivity probes."""
+    sprpo_probe_rows: int = 16
+    """SPrPO: rollout-batch rows used by the probe forwards (L + 2 no-grad forwards per probe)."""
 
 
 @dataclass

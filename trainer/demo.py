@@ -13,13 +13,24 @@ from typing import Any
 from rich.console import Console
 
 from evaluation.report import write_report
+from sandbox.local_server import serve_in_background
 from trainer.config import TrainConfig
 from trainer.loop import train
 from trainer.sft import run_sft
 
 
 def run_demo(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run the demo; code runs through the sandbox HTTP service (a local one is started if no URL is set)."""
     console = console or Console()
+    if cfg.env.sandbox_url:
+        return _run_demo(cfg, console)
+    with serve_in_background(workers=2) as url:
+        console.print(f"sandbox service started at {url} (set env.sandbox_url=<url> to use your own)")
+        cfg.env.sandbox_url = url
+        return _run_demo(cfg, console)
+
+
+def _run_demo(cfg: TrainConfig, console: Console) -> dict[str, Any]:
     run_dir = Path(cfg.output_dir)
     start = time.monotonic()
     console.rule("[bold]1/3 SFT warm start (imperfect expert)")

@@ -85,19 +85,16 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
     return metrics
 
 
-def sync_weights(c: Components) -> None:
-    c.engine.update_weights(c.model.named_parameters())
-
-
 def train_step(c: Components, cfg: TrainConfig, step: int) -> StepResult:
     trajs = collect_rollouts(c, cfg, step)
     batch = make_batch(c, cfg, trajs)
     metrics = rollout_metrics(trajs) | compute_advantages(batch, cfg)
     batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
     metrics |= prepare_corrections(cfg.algo, batch)
+    metrics |= c.hooks.before_update(c, cfg, batch, step)  # QUATRO duals, SPrPO allocation (config-driven)
     metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
-    metrics |= update(c, cfg, batch, step)
-    sync_weights(c)
+    # MIPU may reject the candidate update and roll weights, optimizer and engine back (config-driven).
+    metrics |= c.hooks.update_and_sync(c, cfg, step, lambda: update(c, cfg, batch, step))
     return StepResult(step, metrics)
 
 

@@ -25,6 +25,7 @@ Notation follows shared reference/algorithms.md §1–§2.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -198,10 +199,56 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tens
     raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join(KL_KINDS)}")
 
 
+def quatro(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+           weights: Tensor | None = None, upd_level: str = "geo", quatro_delta: float = 0.02,
+           quatro_log_ratio_clamp: float = 5.0, quatro_grpo_scale: bool = True) -> tuple[Tensor, dict[str, float]]:
+    """QUATRO trust-region loss [R] (arXiv 2602.04620; reference §3.7; duals: trainer/algorithms/quatro.py).
+
+    `advantages` (B, T) must hold the target log-ratios t_b = log(G·w_b), w = softmax_group(A/λ_x), that
+    `prepare_duals` writes once per rollout batch. Per token, with r = exp⟦logp − old_logp⟧ at `upd_level`
+    (default geo, stop-grad token form) and τ = 1/√(2δ) (1 without `quatro_grpo_scale`):
+
+        ℓ = −τ·[r·t − (r log r − r + 1)],   ∂ℓ/∂log r = −τ·r·(t − log r)
+
+    so each sample's log r is driven to t = A/λ_x − log Z_x, the exact per-query trust-region solution
+    π* ∝ π_old·e^{A/λ_x}, and pulled back once it overshoots (the stabilizer; no clip). Departures, [R]:
+    the KL term is the f-divergence r log r − r + 1 (same expectation under π_old as the paper's r log r,
+    whose stationary point log r = A/λ − 1 would pull every ratio toward 1/e), and the objective of query x
+    is divided by λ_x·√(2δ) (its maximizer is unchanged; the step no longer scales with λ_x). Rows whose
+    target is exactly 0 — degenerate groups (A ≡ 0 ⇒ w uniform) and masked rows — get weight 0. The safety
+    clamp |log r| ≤ `quatro_log_ratio_clamp` zeroes the gradient beyond it. Shapes (B, T).
+    """
+    if not quatro_delta > 0:
+        raise ValueError(f"quatro loss needs algo.quatro_delta > 0 (the KL budget δ), got {quatro_delta}")
+    tau = 1.0 / math.sqrt(2.0 * quatro_delta) if quatro_grpo_scale else 1.0
+    bound = quatro_log_ratio_clamp if quatro_log_ratio_clamp > 0 else LOG_RATIO_CLAMP
+    target = masked_fill_zero(advantages, mask)  # (B, T)
+    log_ratio = level_log_ratio(logp - old_logp, mask, upd_level).clamp(-bound, bound)  # (B, T)
+    ratio = torch.exp(log_ratio) * mask
+    fdiv = (ratio * log_ratio - ratio + 1.0) * mask  # (B, T) ≥ 0, 0 at r = 1
+    active = (target.abs().sum(-1, keepdim=True) > 0).to(ratio.dtype)  # (B, 1) degenerate rows: weight 0
+    per_token = -tau * (ratio * target - fdiv) * active
+    with torch.no_grad():
+        m = mask.to(ratio.dtype) * active
+        overshoot = ((target >= 0) & (log_ratio > target)) | ((target < 0) & (log_ratio < target))
+        kl = masked_mean(fdiv, m).item()
+        metrics = {
+            "quatro_kl": kl,  # realized per-sample KL(π_θ‖π_old) estimate at the ratio's level
+            "quatro_kl_over_delta": kl / quatro_delta,
+            "quatro_overshoot_frac": masked_mean(overshoot.to(m.dtype), m).item(),
+            "quatro_at_clamp_frac": masked_mean((log_ratio.abs() >= bound).to(m.dtype), m).item(),
+            "quatro_active_frac": masked_mean(active.expand_as(mask), mask).item(),
+            "ppo_kl": masked_mean(-log_ratio, m).item(),
+            "ratio_mean": masked_mean(ratio, m).item(),
+        }
+    return _apply_weights(masked_fill_zero(per_token, mask), weights), metrics
+
+
 POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "ppo_clip": ppo_clip,
     "bypass": bypass,
     "gspo": gspo,
+    "quatro": quatro,
 }
 
 # Aggregation a loss is only correct with (the objective refuses any other `loss_agg`).

@@ -18,56 +18,22 @@ import math
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-import gymnasium as gym
 import torch
 
-import envs  # noqa: F401  (registers alprl/* envs)
+from agents.agent_factory import make_agent
 from agents.models import build_tiny_model, save_pretrained, train_tokenizer
-from agents.tir_agent import TIRAgent
-from envs.tir.expert import expert_turns
-from envs.tir.tasks import generate_task
-from trainer.components import env_kwargs
+from agents.rollout import Agent
 from trainer.config import TrainConfig
+from trainer.experts import ExpertEpisode, expert_player, system_prompt
 from trainer.progress import progress_bar
 
 META_FILE = "sft_meta.json"
-SFT_INDEX_OFFSET = 500_000  # SFT tasks come from a train-split index range RL never samples
 
 
-@dataclass
-class ExpertEpisode:
-    question: str
-    turns: list[str]
-    observations: list[str]  # observations[i] follows turns[i]; the last turn has none
-    reward: float
-
-
-def play_expert(cfg: TrainConfig, index: int) -> ExpertEpisode:
-    """Play one imperfect-expert episode through the real env."""
-    env = gym.make(cfg.env.id, **env_kwargs(cfg))
-    try:
-        options = {"split": "train", "index": SFT_INDEX_OFFSET + index}
-        question, info = env.reset(seed=index, options=options)
-        task = generate_task("train", SFT_INDEX_OFFSET + index, difficulty=cfg.env.difficulty or None,
-                             task_types=cfg.env.task_types or None)
-        rng = random.Random(cfg.seed * 7919 + index)
-        turns = expert_turns(task, cfg.env.style, rng=rng, p_skip_tool=cfg.sft.p_skip_tool,
-                             p_wrong_copy=cfg.sft.p_wrong_copy, varied_phrasing=cfg.sft.varied_phrasing)
-        observations, reward = [], 0.0
-        for turn in turns:
-            obs, reward, terminated, truncated, _ = env.step(turn)
-            if terminated or truncated:
-                break
-            observations.append(obs)
-        return ExpertEpisode(question, turns[: len(observations) + 1], observations, float(reward))
-    finally:
-        env.close()
-
-
-def episode_tokens(agent: TIRAgent, ep: ExpertEpisode, eos_id: int) -> tuple[list[int], list[int]]:
+def episode_tokens(agent: Agent, ep: ExpertEpisode, eos_id: int) -> tuple[list[int], list[int]]:
     """(input ids, loss mask) of one expert episode, built like a rollout."""
     ids = agent.prompt_ids(ep.question, {})
     mask = [0] * len(ids)
@@ -85,6 +51,7 @@ def episode_tokens(agent: TIRAgent, ep: ExpertEpisode, eos_id: int) -> tuple[lis
 def sft_fingerprint(cfg: TrainConfig) -> str:
     keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": asdict(cfg.env), "seed": cfg.seed}
     keys["sft"].pop("output_dir")
+    keys["env"].pop("sandbox_url")  # where code runs does not change what SFT learns
     return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -92,7 +59,8 @@ def collect_expert_data(cfg: TrainConfig, show_progress: bool = True) -> list[Ex
     with ThreadPoolExecutor(max_workers=4) as pool, \
             progress_bar("expert episodes", cfg.sft.num_examples, enabled=show_progress) as bar:
         episodes = []
-        for ep in pool.map(lambda i: play_expert(cfg, i), range(cfg.sft.num_examples)):
+        play = expert_player(cfg.env.id)
+        for ep in pool.map(lambda i: play(cfg, i), range(cfg.sft.num_examples)):
             episodes.append(ep)
             bar.advance()
     return episodes
@@ -109,14 +77,13 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     t0 = time.monotonic()
     episodes = collect_expert_data(cfg, show_progress)
     t1 = time.monotonic()
-    agent_style = cfg.env.style
-    corpus = [TIRAgent.system_prompt_for(agent_style)] + [ep.question for ep in episodes]
+    corpus = [system_prompt(cfg)] + [ep.question for ep in episodes]
     corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
     tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
     model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
                              num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
                              intermediate_size=cfg.model.intermediate_size, seed=cfg.seed)
-    agent = TIRAgent(tokenizer, style=agent_style)
+    agent = make_agent(cfg.env, tokenizer)
     data = [episode_tokens(agent, ep, tokenizer.convert_tokens_to_ids("<|im_end|>")) for ep in episodes]
     losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress)
     t2 = time.monotonic()
@@ -131,13 +98,17 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
 
 def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[int]]], cfg: TrainConfig,
                        pad_id: int, show_progress: bool = True) -> list[float]:
-    """Masked next-token cross-entropy, AdamW with cosine decay; returns per-step losses."""
+    """Masked next-token cross-entropy, AdamW, warm-up then cosine decay to 10%; returns per-step losses.
+
+    The floor matters for tiny models: copying numbers (induction) appears abruptly after a few hundred
+    steps, and a schedule that has already decayed to ~0 by then never gets there.
+    """
     rng = random.Random(cfg.seed)
     steps_per_epoch = math.ceil(len(data) / cfg.sft.batch_size)
     total = steps_per_epoch * cfg.sft.epochs
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, betas=(0.9, 0.95), weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / total)))
+        optimizer, lambda s: min(1.0, (s + 1) / 30) * (0.1 + 0.45 * (1 + math.cos(math.pi * s / total))))
     model.train()
     losses = []
     with progress_bar("SFT", total, enabled=show_progress) as bar:
