@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
+
+# The suite's models are tiny: a second intra-op thread only adds synchronization, and on a busy 2-core
+# machine it makes them up to 10x slower. One thread per test process.
+torch.set_num_threads(1)
 
 TINY_CORPUS = [
     "Compute 4821 * 937.", "What is 7^123 mod 97?", "Solve 3*x + 17 = 62 for x.",
