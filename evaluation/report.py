@@ -58,8 +58,8 @@ def plot_lines(records: list[dict[str, Any]], keys: list[str], title: str, ylabe
 
 
 PLOTS = [
-    (["rollout/reward", "rollout/success"], "Training reward (rollout batches)", "mean reward"),
-    (["eval/success"], "Held-out success (greedy)", "success rate"),
+    (["rollout/reward"], "Training reward (rollout batches)", "mean reward"),
+    (["eval/success"], "Held-out success (test split, averaged over samples)", "success rate"),
     (["rollout_corr/kl", "rollout_corr/k3_kl"], "Rollout vs trainer mismatch", "KL estimate (nats/token)"),
     (["actor/ppo_kl", "actor/clip_high", "actor/clip_low"], "Policy update", "value"),
     (["rollout/response_len", "rollout/sampled_tokens"], "Response length", "tokens"),

@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(args: argparse.Namespace, cfg: TrainConfig) -> int:
     show = not args.no_progress
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-load "Loading weights" bars would drown our own progress bars
     if args.command == "sft":
         from trainer.sft import run_sft
 

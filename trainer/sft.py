@@ -49,9 +49,9 @@ def episode_tokens(agent: Agent, ep: ExpertEpisode, eos_id: int) -> tuple[list[i
 
 
 def sft_fingerprint(cfg: TrainConfig) -> str:
-    keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": asdict(cfg.env), "seed": cfg.seed}
+    env = {k: getattr(cfg.env, k) for k in ("id", "style", "difficulty", "task_types")}  # what the expert plays
+    keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": env, "seed": cfg.seed}
     keys["sft"].pop("output_dir")
-    keys["env"].pop("sandbox_url")  # where code runs does not change what SFT learns
     return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
 
