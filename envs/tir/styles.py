@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from envs.tir.grading import extract_boxed, has_boxed
@@ -67,8 +68,8 @@ def error_line(result: ExecutionResult) -> str | None:
     return None
 
 
-class Style:
-    """Base of the three conventions; subclasses set the class attributes and override what differs."""
+class Style(ABC):
+    """Base of the three conventions; subclasses set the class attributes and implement the abstract methods."""
 
     name = ""
     stop_strings: tuple[str, ...] = ()
@@ -85,23 +86,25 @@ class Style:
             return ()
         return self.stop_strings
 
+    @abstractmethod
     def parse_turn(self, text: str) -> ParsedTurn:
-        raise NotImplementedError
+        """What the turn asks for: an answer, a tool call, or neither (void)."""
 
     def prepare_code(self, code: str) -> str:
         """The program actually run for `code` (helpers prepended, last expression printed, ...)."""
         return code
 
+    @abstractmethod
     def format_observation(self, result: ExecutionResult, turn_text: str) -> str:
-        raise NotImplementedError
+        """The observation text the agent appends after a tool call."""
 
     def stdout_answer(self, result: ExecutionResult) -> tuple[bool, str | None]:
         """(answered, answer) when the tool output itself ends the episode (simpletir's `final_answer`)."""
         return False, None
 
+    @abstractmethod
     def format_tool_call(self, code: str) -> str:
         """The tool-call text for `code`, ending exactly at the stop string (used by the expert)."""
-        raise NotImplementedError
 
     def _answer(self, outside_code: str, code: str | None) -> ParsedTurn:
         if has_boxed(outside_code):

@@ -7,6 +7,7 @@ the HF engine in bf16 (so rollout and trainer log-probs differ, as in production
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,3 +119,22 @@ def test_resume_reproduces_next_step(tmp_path, sft_dir):
     assert a["loss/first_minibatch"] == pytest.approx(b["loss/first_minibatch"], abs=1e-6)
     records = [json.loads(x) for x in (tmp_path / "part" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
+
+
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "algorithms").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_trains_on_the_tiny_tir_config(tmp_path, sft_dir, preset):
+    cfg = _cfg(tmp_path, sft_dir, f"algorithm={preset}", "steps=1", "save_every=1",
+               "rollout.prompts_per_step=2", "rollout.group_size=4")
+    (result,) = train(cfg, show_progress=False)
+    assert result.metrics["actor/grad_norm_nonfinite"] == 0
+    record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["loss/policy"] is not None  # finite (non-finite values are logged as null)
+    for key in ("rollout_corr/kl", "rollout_corr/k3_kl", "rollout_corr/chi2_token", "actor/ppo_kl"):
+        assert key in record, key
+    if cfg.perturb.enabled:  # ALP / SPrPO: per-layer σ is logged, the checkpoint has no σ
+        assert any(k.startswith("perturb/sigma/layer_") for k in record)
+        ckpt = tmp_path / "checkpoints" / "step_1"
+        assert "log_sigma" not in (ckpt / "model.safetensors").read_bytes().decode("latin-1")
