@@ -137,6 +137,10 @@ def run_command(args: argparse.Namespace, cfg: TrainConfig) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-load "Loading weights" bars would drown our own progress bars
+    if cfg.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.torch_threads)
     if args.command == "sft":
         from trainer.sft import run_sft
 

@@ -265,6 +265,8 @@ class TrainConfig:
     """Greedy decoding for evaluation instead of sampling at the rollout temperature."""
     wandb: bool = False
     """Also log to Weights & Biases (needs `pip install wandb`)."""
+    torch_threads: int = 0
+    """Intra-op CPU threads for torch (0: torch's default). Tiny models on a busy machine run faster with 1."""
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
