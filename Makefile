@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # break `import transformers` ("operator torchvision::nms does not exist"), so they are removed again.
 TORCH_CPU_PIN ?= torch==2.13.0
 
-.PHONY: demo test test-all bench lint venv clean
+.PHONY: demo test browser bench lint venv clean
 
 venv: $(STAMP)
 
@@ -29,11 +29,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/alprl demo
 
-test: $(STAMP)
+# The report's browser test needs Chromium; install it where we can (root + apt), else that test skips.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
+	  echo "chromium not installed: the report browser test will be skipped"
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_and_train_throughput.py
+	$(BIN)/python bench/sandbox_throughput.py
+	$(BIN)/python bench/env_throughput.py
+	$(BIN)/python bench/alp_overhead.py
+	$(BIN)/python bench/rollout_throughput.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
