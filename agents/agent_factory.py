@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
 from agents.rollout import Agent
+
+KNOWN = ("alprl/TIRMath-v0", "alprl/Household-v0", "alprl/WebShop-v0")
 
 
 def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
@@ -15,4 +18,22 @@ def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
         from agents.tir_agent import TIRAgent
 
         return TIRAgent(tokenizer, style=env_cfg.style)
-    raise ValueError(f"no agent for env {env_cfg.id!r}; known: alprl/TIRMath-v0")
+    if env_cfg.id.startswith("alprl/Household"):
+        from agents.household_agent import HouseholdAgent
+
+        return HouseholdAgent(tokenizer)
+    if env_cfg.id.startswith("alprl/WebShop"):
+        from agents.webshop_agent import WebShopAgent
+
+        return WebShopAgent(tokenizer)
+    raise ValueError(f"no agent for env {env_cfg.id!r}; known: {', '.join(KNOWN)}")
+
+
+def wrap_env(env_id: str, env: gym.Env) -> gym.Env:
+    """The env as its agent needs it: household observations get the short admissible list (the Agent protocol
+    sees only observation text; see agents/household_agent.py). Other envs are returned unchanged."""
+    if env_id.startswith("alprl/Household"):
+        from agents.household_agent import AdmissibleHints
+
+        return AdmissibleHints(env)
+    return env

@@ -1,0 +1,140 @@
+"""Household (ALFWorld-style) agent formatting, and the command-line format it shares with the WebShop agent.
+
+Format (ReAct's ALFWorld transcripts, reference/environments.md §4, kept short for tiny models): like the TIR agent,
+the whole episode is ONE assistant message. The system prompt states the rules; the user message is the task (for
+the household: the env's first observation without the TextWorld banner). The assistant message opens with "> ";
+each turn is one command that ends with a newline (the stop string), and the env's answer is appended as plain
+tokens, "{observation}\\n> ", so the model continues with the next command:
+
+    <|im_start|>system\\n{rules}<|im_end|>\\n<|im_start|>user\\n{room}\\n\\nYour task is to: {goal}.<|im_end|>\\n
+    <|im_start|>assistant\\n> go to countertop 1\\nOn the countertop 1, you see a apple 1.\\n> take apple 1 from ...
+
+The action sent to the env is the first line of the sampled text, stripped (a leading "> " too); anything that
+is not an admissible command gets the env's "Nothing happens." and still costs a step.
+
+The admissible commands are listed, short: the Agent protocol hands the agent only observation text, so the
+`AdmissibleHints` wrapper (applied by `agents.agent_factory.wrap_env`) appends to each observation the commands
+that act on what is here ("Actions: take apple 1 from countertop 1, close fridge 1"), leaving out `go to`,
+`examine`, `look`, `inventory` and `help` (receptacles are listed in the room description; verl-agent drops `help`
+as well). A tiny model then copies one whole line instead of composing names.
+
+Departures from verl-agent's ALFWorld prompt: no <think>/<action> tags, the shortened admissible list above, and no
+history window (the whole episode stays in context, as in ReAct). Observations longer than `max_obs_chars` are cut
+with a marker here, on text, so SFT data and rollouts show the model the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+from transformers import PreTrainedTokenizerBase
+
+PROMPT = "> "
+"""Opens every command line: ends the prompt and every appended observation."""
+STOP = "\n"
+"""A command ends at the first newline (the engine keeps the stop string in the turn)."""
+CUT_MARKER = " ..."
+HOUSEHOLD_SYSTEM_PROMPT = ("Interact with a household to solve a task. "
+                           "Reply with one command per line, such as: go to desk 1")
+BANNER = "-= Welcome to TextWorld, ALFRED! =-"
+
+
+class CommandLineAgent:
+    """One command per line; observations appended as "{view}\\n> ". Subclasses say what the model sees."""
+
+    system_prompt = ""
+    max_obs_chars = 400
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase):
+        self.tokenizer = tokenizer
+
+    def task_text(self, first_obs: str) -> str:
+        """The user message built from the env's first observation."""
+        return first_obs
+
+    def view(self, obs: str) -> str:
+        """The observation text the model sees (before the length cap)."""
+        return obs
+
+    def messages(self, first_obs: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": self.task_text(first_obs)}]
+
+    def stop_strings(self, num_tool_calls: int) -> list[str]:
+        """Every turn is one command line, however many turns came before."""
+        return [STOP]
+
+    def prompt_ids(self, first_obs: str, info: dict[str, Any]) -> list[int]:
+        """Chat prompt + the opening "> " of the assistant message (tokenized separately, like every piece)."""
+        ids = self.tokenizer.apply_chat_template(self.messages(first_obs), add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False)
+        return list(ids) + self.tokenizer.encode(PROMPT, add_special_tokens=False)
+
+    def observation_text(self, obs: str) -> str:
+        """What follows a command: the capped view, then the next "> "."""
+        text = self.view(obs)
+        if len(text) > self.max_obs_chars:
+            text = text[: self.max_obs_chars - len(CUT_MARKER)] + CUT_MARKER
+        return text + STOP + PROMPT
+
+    def observation_ids(self, obs: str) -> list[int]:
+        return self.tokenizer.encode(self.observation_text(obs), add_special_tokens=False)
+
+    def turn_ids(self, text: str) -> list[int]:
+        """Token ids of an expert-written turn (SFT data); RL never re-encodes sampled text."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids: list[int]) -> str:
+        """The command in a sampled turn: its first line, stripped (a repeated "> " dropped)."""
+        return parse_command(self.tokenizer.decode(token_ids, skip_special_tokens=True))
+
+
+def command_turn(command: str) -> str:
+    """The assistant turn that issues `command`, exactly as the model should write it (SFT data)."""
+    if not command.strip() or STOP in command:
+        raise ValueError(f"command_turn: a command is one non-empty line, got {command!r}")
+    return command + STOP
+
+
+def parse_command(text: str) -> str:
+    """First line of `text`, stripped, without a leading ">" (models sometimes repeat the line opener)."""
+    line = text.strip().split(STOP, 1)[0].strip()
+    return line[1:].strip() if line.startswith(">") else line
+
+
+class HouseholdAgent(CommandLineAgent):
+    """ALFWorld-style household: the room and goal as the task, the env's feedback as observations."""
+
+    system_prompt = HOUSEHOLD_SYSTEM_PROMPT
+    max_obs_chars = 400
+
+    def task_text(self, first_obs: str) -> str:
+        """The first observation without the TextWorld banner (consumers usually drop it, §2.3)."""
+        text = first_obs.strip()
+        if text.startswith(BANNER):
+            text = text[len(BANNER):].strip()
+        return text
+
+
+HINT_PREFIX = "\nActions: "
+_UNHINTED_PREFIXES = ("go to ", "examine ")
+_UNHINTED = frozenset({"look", "inventory", "help"})
+
+
+def action_hints(commands: list[str]) -> str:
+    """The short admissible list appended to an observation ("" when nothing acts on what is here)."""
+    shown = [c for c in commands if c not in _UNHINTED and not c.startswith(_UNHINTED_PREFIXES)]
+    return HINT_PREFIX + ", ".join(shown) if shown else ""
+
+
+class AdmissibleHints(gym.Wrapper):
+    """Household observations followed by `action_hints(info["admissible_commands"])` (reset and step)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        return obs + action_hints(info["admissible_commands"]), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs + action_hints(info["admissible_commands"]), reward, terminated, truncated, info

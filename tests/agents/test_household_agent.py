@@ -1,0 +1,137 @@
+"""Household agent: prompt layout, observation format, command parsing, and a real episode through the env."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import envs  # noqa: F401  (registers alprl/*)
+from agents.agent_factory import make_agent, wrap_env
+from agents.household_agent import (
+    BANNER,
+    CUT_MARKER,
+    HINT_PREFIX,
+    HOUSEHOLD_SYSTEM_PROMPT,
+    AdmissibleHints,
+    HouseholdAgent,
+    action_hints,
+    command_turn,
+    parse_command,
+)
+from agents.models import train_tokenizer
+from envs.household import expert_action
+
+
+@pytest.fixture(scope="module")
+def tok():
+    env = gym.make("alprl/Household-v0")
+    texts = [env.reset(options={"split": "test", "task_id": k})[0] for k in range(20)]
+    return train_tokenizer(texts + [HOUSEHOLD_SYSTEM_PROMPT, "go to cabinet 1\n", "Nothing happens.\n> "],
+                           vocab_size=400)
+
+
+class _Cfg:
+    id = "alprl/Household-v0"
+    style = "simpletir"
+
+
+def test_prompt_is_chat_then_command_opener(tok):
+    agent = make_agent(_Cfg(), tok)
+    assert isinstance(agent, HouseholdAgent)
+    env = gym.make("alprl/Household-v0")
+    obs, info = env.reset(options={"split": "test", "task_id": 0})
+    text = tok.decode(agent.prompt_ids(obs, info))
+    assert obs.startswith(BANNER) and BANNER not in text  # the TextWorld banner is dropped
+    assert text.startswith("<|im_start|>system\n" + HOUSEHOLD_SYSTEM_PROMPT + "<|im_end|>\n<|im_start|>user\n"
+                           "You are in the middle of a room.")
+    assert text.endswith(".<|im_end|>\n<|im_start|>assistant\n> ")
+    assert "\n\nYour task is to: " in text
+    assert agent.stop_strings(0) == agent.stop_strings(7) == ["\n"]
+
+
+def test_observation_is_text_then_next_opener_and_capped(tok):
+    agent = HouseholdAgent(tok)
+    obs = "You arrive at fridge 1. The fridge 1 is closed."
+    assert tok.decode(agent.observation_ids(obs)) == obs + "\n> "
+    long = "x" * 1000
+    shown = agent.observation_text(long)
+    assert len(shown) == agent.max_obs_chars + len("\n> ") and shown.endswith(CUT_MARKER + "\n> ")
+
+
+@pytest.mark.parametrize("text,command", [
+    ("go to cabinet 1\n", "go to cabinet 1"),
+    ("  open fridge 1  \n", "open fridge 1"),
+    ("> take apple 1 from countertop 2\nmore", "take apple 1 from countertop 2"),
+    ("\n", ""),
+    ("", ""),
+])
+def test_parse_command(text, command):
+    assert parse_command(text) == command
+
+
+def test_command_turn_is_one_line():
+    assert command_turn("look") == "look\n"
+    for bad in ("", "  ", "go to\ndesk 1"):
+        with pytest.raises(ValueError, match="one non-empty line"):
+            command_turn(bad)
+
+
+def test_unknown_env_lists_known(tok):
+    class Other:
+        id = "alprl/Nope-v0"
+        style = ""
+
+    with pytest.raises(ValueError, match="alprl/Household-v0"):
+        make_agent(Other(), tok)
+
+
+def test_expert_commands_round_trip_through_tokens_and_win(tok):
+    """Every expert command, written as a turn and tokenized, decodes to the same command, which the env takes."""
+    agent = HouseholdAgent(tok)
+    env = gym.make("alprl/Household-v0")
+    for k in range(10):
+        _, info = env.reset(options={"split": "test", "task_id": k})
+        while True:
+            command = expert_action(env)
+            assert agent.decode(agent.turn_ids(command_turn(command))) == command
+            assert command in info["admissible_commands"]
+            _, reward, term, trunc, info = env.step(agent.decode(agent.turn_ids(command_turn(command))))
+            if term or trunc:
+                break
+        assert term and reward == 1.0
+
+
+def test_invalid_decoded_text_costs_a_step_not_a_crash(tok):
+    agent = HouseholdAgent(tok)
+    env = gym.make("alprl/Household-v0", max_steps=2)
+    env.reset(options={"split": "test", "task_id": 0})
+    obs, reward, term, trunc, info = env.step(agent.decode(tok.encode("<think> hm </think>\n")))
+    assert obs == "Nothing happens." and info["invalid_action"] and not (term or trunc)
+    *_, trunc, _ = env.step(agent.decode(tok.encode("???")))
+    assert trunc
+
+
+def test_hints_list_what_acts_here_and_nothing_else():
+    assert action_hints(["go to desk 1", "examine desk 1", "help", "inventory", "look"]) == ""
+    assert action_hints(["close drawer 1", "go to desk 1", "take pen 1 from drawer 1"]) == (
+        "\nActions: close drawer 1, take pen 1 from drawer 1")
+
+
+def test_wrapped_env_appends_hints_that_act(tok):
+    env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
+    assert isinstance(env, AdmissibleHints)
+    assert wrap_env("alprl/WebShop-v0", gym.make("alprl/WebShop-v0")).__class__ is not AdmissibleHints
+    obs, info = env.reset(options={"split": "test", "task_id": 1})
+    assert "Actions:" not in obs  # the middle of the room: only go to / look / inventory / help
+    hinted = 0
+    for _ in range(13):
+        command = expert_action(env)
+        obs, reward, term, trunc, info = env.step(command)
+        if term:
+            break
+        body, _, listed = obs.partition(HINT_PREFIX)
+        assert body and "Actions:" not in body
+        for hint in filter(None, listed.split(", ")):
+            assert hint in info["admissible_commands"]
+            hinted += 1
+    assert term and reward == 1.0 and hinted > 0
