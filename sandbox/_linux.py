@@ -125,6 +125,28 @@ def expose_through(paths: list[str]) -> list[str]:
     return exposed
 
 
+def mount_tmpfs_keeping(directory: str, options: str, keep: list[str]) -> list[str]:
+    """Mount a fresh tmpfs on `directory`, bind-mounting back (read-only) the entries of `keep` inside it.
+
+    Private mount namespace only. Used for /tmp when the interpreter or its venv lives there: without it the
+    new tmpfs would hide the modules the sandbox imports. Returns the paths kept visible.
+    """
+    inside = sorted({os.path.realpath(p) for p in keep if os.path.isdir(p)
+                     and os.path.realpath(p).startswith(directory.rstrip("/") + "/")})
+    inside = [p for p in inside if not any(p != q and p.startswith(q + "/") for q in inside)]
+    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in inside}  # handles before covering `directory`
+    try:
+        mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, options)
+        for path, fd in fds.items():
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return inside
+
+
 def prctl(option: int, arg: int = 0) -> None:
     _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl({option})")
 

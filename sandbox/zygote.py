@@ -101,16 +101,16 @@ class Zygote:
                 failed = _linux.readonly_remount_all(skip=("/proc", "/sys", "/dev"))
                 if failed:
                     self.errors["mount.readonly"] = "; ".join(failed[:5])
+                needed = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), *sys.path]
                 if self.uid is not None:  # e.g. Python under /root (0700): let the slot uid import the stdlib
-                    needed = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                              *sys.path]
                     self.exposed = _linux.expose_through(needed)
                 if "pid" in self.active:
                     _linux.mount("proc", "/proc", "proc", _linux.MS_NOSUID | _linux.MS_NODEV | _linux.MS_NOEXEC)
                 size = f"size={self.config.tmpfs_mb}m,mode=1777"
                 self.tmp_dirs = tuple(d for d in TMP_DIRS if os.path.isdir(d))
                 for d in self.tmp_dirs:
-                    _linux.mount("tmpfs", d, "tmpfs", _linux.MS_NOSUID | _linux.MS_NODEV, size)
+                    # An interpreter or venv living under /tmp (e.g. a CI clone) stays importable, read-only.
+                    self.exposed += _linux.mount_tmpfs_keeping(d, size, needed)
                 os.mkdir(PRIVATE_ROOT, 0o711)
             except OSError as exc:
                 self.active.discard("mount")
@@ -338,8 +338,8 @@ class Zygote:
             except OSError:
                 continue
             for entry in entries:
-                if entry.path == PRIVATE_ROOT:
-                    continue
+                if entry.path == PRIVATE_ROOT or (private and _holds_kept(entry.path, self.exposed)):
+                    continue  # our workdir root, or the read-only path to an interpreter kept visible
                 try:
                     if not private and entry.stat(follow_symlinks=False).st_uid != self.uid:
                         continue  # shared host dir: only remove what this run's uid created
@@ -350,6 +350,10 @@ class Zygote:
                 except OSError as exc:
                     problems.append(f"{entry.path}: {exc.strerror}")
         return "; ".join(problems)
+
+
+def _holds_kept(path: str, kept: list[str]) -> bool:
+    return any(k == path or k.startswith(path + "/") for k in kept)
 
 
 def _setup_error(setup_r: int, rc: int, reason: str | None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 
 import httpx
@@ -54,11 +55,14 @@ class Server:
         if "mount" not in info["layers"]:
             return []  # no private tmp dirs; host dirs are checked by uid in assert_contained
         left = []
+        # an interpreter/venv living under /tmp (a CI clone) is kept visible read-only: not a leftover
+        kept = {p.split("/")[2] for p in (sys.prefix, sys.base_prefix) if p.startswith("/tmp/")}
         for pid in info["zygote_pids"]:
             for d in ("tmp", "dev/shm", "var/tmp", "tmp/.alprl"):
                 path = f"/proc/{pid}/root/{d}"
                 try:
-                    left += [f"{pid}:{d}/{n}" for n in os.listdir(path) if not (d == "tmp" and n == ".alprl")]
+                    left += [f"{pid}:{d}/{n}" for n in os.listdir(path)
+                             if not (d == "tmp" and (n == ".alprl" or n in kept))]
                 except OSError:
                     continue
         return left
