@@ -12,14 +12,14 @@ from gymnasium import spaces
 from .engine import NOTHING, admissible, base_commands, execute, goal_reached
 from .expert import rollout_oracle
 from .generator import generate
-from .splits import check_split, derive_seed, global_index, split_size
+from .splits import check_split, derive_seed, global_index, split_size, task_id_of_index
 from .vocab import TASK_TYPES
 from .world import World
 
 CHARSET = string.printable
 MAX_TEXT = 8192
 TRUNC_MARKER = "\n[... truncated]"
-_OPTION_KEYS = frozenset({"task_id", "task_type", "split"})
+_OPTION_KEYS = frozenset({"task_id", "index", "task_type", "split"})  # index: global, as the TIR env
 
 
 def clip_text(text: str, max_length: int = MAX_TEXT) -> str:
@@ -109,6 +109,8 @@ class HouseholdEnv(gym.Env[str, str]):
         task_type = options.get("task_type")
         if task_type is not None and task_type not in TASK_TYPES:
             raise ValueError(f"options['task_type']={task_type!r}; valid task types: {list(TASK_TYPES)}")
+        if "index" in options and "task_id" not in options:  # the global-index form every alprl env accepts
+            options["task_id"] = task_id_of_index(split, options["index"])
         if "task_id" in options:
             index = global_index(split, options["task_id"])
         else:

@@ -29,6 +29,15 @@ def split_size(split: str, default_train: int) -> int:
     return default_train if size is None else size
 
 
+def task_id_of_index(split: str, index: object) -> int:
+    """The split-relative task id of a global index (the `index` reset option, shared with the TIR env)."""
+    try:
+        index = operator.index(index)
+    except TypeError:
+        raise ValueError(f"options['index']={index!r} must be a non-negative integer") from None
+    return index - SPLIT_OFFSETS[check_split(split)]
+
+
 def global_index(split: str, task_id: object) -> int:
     """Map `(split, task_id)` onto the global index line; raises ValueError for an id outside the split."""
     check_split(split)

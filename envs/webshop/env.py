@@ -9,7 +9,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from ..household.env import CHARSET, MAX_TEXT, clip_text
-from ..household.splits import check_split, derive_seed, global_index, split_size
+from ..household.splits import check_split, derive_seed, global_index, split_size, task_id_of_index
 from . import pages
 from .catalog import DEFAULT_NUM_PRODUCTS, get_catalog
 from .expert import rollout_oracle
@@ -18,7 +18,7 @@ from .session import Shop, ShopState
 
 INVALID_FEEDBACK = "Invalid action!"
 _CHARSET = frozenset(CHARSET)
-_OPTION_KEYS = frozenset({"task_id", "task_type", "split"})
+_OPTION_KEYS = frozenset({"task_id", "index", "task_type", "split"})  # index: global, as the TIR env
 
 
 class WebShopEnv(gym.Env[str, str]):
@@ -99,6 +99,8 @@ class WebShopEnv(gym.Env[str, str]):
             raise ValueError(f"unknown reset option(s) {sorted(unknown)}; WebShopEnv accepts {sorted(_OPTION_KEYS)}")
         split = check_split(options.get("split", self.split))
         category = options.get("task_type")
+        if "index" in options and "task_id" not in options:  # the global-index form every alprl env accepts
+            options["task_id"] = task_id_of_index(split, options["index"])
         if "task_id" in options:
             index = global_index(split, options["task_id"])
         else:

@@ -109,3 +109,17 @@ def test_200_random_action_episodes(env_id):
         else:
             pytest.fail(f"{env_id}: episode {episode} did not end within {MAX_STEPS} steps")
     env.close()
+
+
+@pytest.mark.parametrize("env_id", ENV_IDS)
+def test_global_index_option_is_accepted_everywhere(env_id):
+    """Every alprl env takes `options={"split", "index"}` (global index), the form evaluation uses."""
+    env = gym.make(env_id)
+    try:
+        obs_a, info_a = env.reset(seed=0, options={"split": "test", "index": 3})
+        obs_b, info_b = env.reset(seed=0, options={"split": "test", "index": 3})
+        _, info_c = env.reset(seed=0, options={"split": "test", "index": 4})
+        assert obs_a == obs_b and info_a["task_id"] == info_b["task_id"]
+        assert info_a["task_id"] != info_c["task_id"]
+    finally:
+        env.close()
