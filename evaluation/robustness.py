@@ -129,14 +129,14 @@ def _fp8_dtype(fmt: str) -> torch.dtype:
 def fake_quantize(weight: Tensor, kind: str, bits: int = 8, group_size: int | None = None) -> Tensor:
     """Round-to-nearest symmetric fake quantization of a (O, I) weight; returns a new tensor, same dtype.
 
-    One scale per row (or per group of `group_size` inputs): int: scale = amax/(2^(b−1) − 1), values
-    clamped to ±(2^(b−1) − 1); fp8: scale = amax/finfo.max, then a cast to float8 and back.
+    One scale per row (or per group of `group_size` inputs; the last group may be partial): int: scale =
+    amax/(2^(b−1) − 1), values clamped to ±(2^(b−1) − 1); fp8: scale = amax/finfo.max, then a cast to float8
+    and back.
     """
     out_f, in_f = weight.shape
     g = group_size or in_f
-    if in_f % g:
-        raise ValueError(f"quant group size {g} does not divide input size {in_f}")
-    w = weight.float().reshape(out_f, in_f // g, g)  # (O, I/G, G)
+    pad = -in_f % g  # a last, partial group is zero-padded: zeros change neither amax nor the kept values
+    w = torch.nn.functional.pad(weight.float(), (0, pad)).reshape(out_f, (in_f + pad) // g, g)  # (O, I/G, G)
     amax = w.abs().amax(-1, keepdim=True)  # (O, I/G, 1)
     if kind == "int":
         qmax = 2 ** (bits - 1) - 1
@@ -147,7 +147,7 @@ def fake_quantize(weight: Tensor, kind: str, bits: int = 8, group_size: int | No
         scale = amax / torch.finfo(fp8).max
         q = (w / scale.clamp_min(1e-30)).to(fp8).float() * scale
     q = torch.where(amax > 0, q, torch.zeros_like(q))  # all-zero groups stay zero (no 0/0)
-    return q.reshape(out_f, in_f).to(weight.dtype)
+    return q.reshape(out_f, in_f + pad)[:, :in_f].to(weight.dtype)
 
 
 # ------------------------------------------------------------------------------ hidden-state noise

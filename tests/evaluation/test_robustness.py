@@ -276,3 +276,15 @@ def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
 
     write_robustness_report(tmp_path)  # re-rendered from the directory alone
     assert json.loads((tmp_path / "robustness.json").read_text()) == before
+
+
+def test_grouped_quantization_handles_a_partial_last_group():
+    from evaluation.robustness import fake_quantize
+
+    w = torch.randn(4, 40, generator=torch.Generator().manual_seed(0))  # 40 = 32 + a partial group of 8
+    q = fake_quantize(w, "int", bits=4, group_size=32)
+    assert q.shape == w.shape
+    # the partial group is quantized on its own scale: its values sit on that group's 4-bit grid
+    tail = w[:, 32:]
+    scale = tail.abs().amax(-1, keepdim=True) / 7
+    assert torch.allclose(q[:, 32:], (tail / scale).round().clamp(-7, 7) * scale, atol=1e-6)
