@@ -30,10 +30,10 @@ def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
 
 
 def wrap_env(env_id: str, env: gym.Env) -> gym.Env:
-    """The env as its agent needs it: household observations get the short admissible list (the Agent protocol
-    sees only observation text; see agents/household_agent.py). Other envs are returned unchanged."""
+    """The env as its agent needs it: household steps restate the task and list the admissible commands (the
+    Agent protocol sees only observation text; see agents/household_agent.py). Other envs are unchanged."""
     if env_id.startswith("alprl/Household"):
-        from agents.household_agent import AdmissibleHints
+        from agents.household_agent import StepContext
 
-        return AdmissibleHints(env)
+        return StepContext(env)
     return env

@@ -12,15 +12,20 @@ tokens, "{observation}\\n> ", so the model continues with the next command:
 The action sent to the env is the first line of the sampled text, stripped (a leading "> " too); anything that
 is not an admissible command gets the env's "Nothing happens." and still costs a step.
 
-The admissible commands are listed, short: the Agent protocol hands the agent only observation text, so the
-`AdmissibleHints` wrapper (applied by `agents.agent_factory.wrap_env`) appends to each observation the commands
-that act on what is here ("Actions: take apple 1 from countertop 1, close fridge 1"), leaving out `go to`,
-`examine`, `look`, `inventory` and `help` (receptacles are listed in the room description; verl-agent drops `help`
-as well). A tiny model then copies one whole line instead of composing names.
+Each step also restates the task and lists the admissible commands, short, as verl-agent's per-step prompt does.
+The Agent protocol hands the agent only observation text, so the `StepContext` wrapper (applied by
+`agents.agent_factory.wrap_env`) writes them under the env's feedback (cut at `MAX_FEEDBACK_CHARS`):
 
-Departures from verl-agent's ALFWorld prompt: no <think>/<action> tags, the shortened admissible list above, and no
-history window (the whole episode stays in context, as in ReAct). Observations longer than `max_obs_chars` are cut
-with a marker here, on text, so SFT data and rollouts show the model the same thing.
+    You arrive at sofa 1. On the sofa 1, you see a basketball 1, and a pillow 2.
+    Task: examine the basketball with the desklamp.
+    Actions: take basketball 1 from sofa 1, take pillow 2 from sofa 1
+
+The list leaves out `go to`, `examine`, `look`, `inventory` and `help` (receptacles are in the room description;
+verl-agent drops `help` too), so it is a few commands long. Restating the task next to what is here lets a tiny
+model match the goal's object against the objects in view without attending hundreds of tokens back.
+
+Departures from verl-agent's ALFWorld prompt: no <think>/<action> tags, the shortened admissible list, and no
+history window (the whole episode stays in context, as in ReAct).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ PROMPT = "> "
 STOP = "\n"
 """A command ends at the first newline (the engine keeps the stop string in the turn)."""
 CUT_MARKER = " ..."
+MAX_FEEDBACK_CHARS = 400
+"""The env's feedback is cut here (e.g. `help`'s 870-character list) before the task and hints are added."""
 HOUSEHOLD_SYSTEM_PROMPT = ("Interact with a household to solve a task. "
                            "Reply with one command per line, such as: go to desk 1")
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
@@ -44,7 +51,8 @@ class CommandLineAgent:
     """One command per line; observations appended as "{view}\\n> ". Subclasses say what the model sees."""
 
     system_prompt = ""
-    max_obs_chars = 400
+    max_obs_chars = 1200
+    """Observations are cut here, on text, so SFT data and rollouts show the model the same thing."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase):
         self.tokenizer = tokenizer
@@ -73,10 +81,7 @@ class CommandLineAgent:
 
     def observation_text(self, obs: str) -> str:
         """What follows a command: the capped view, then the next "> "."""
-        text = self.view(obs)
-        if len(text) > self.max_obs_chars:
-            text = text[: self.max_obs_chars - len(CUT_MARKER)] + CUT_MARKER
-        return text + STOP + PROMPT
+        return cut(self.view(obs), self.max_obs_chars) + STOP + PROMPT
 
     def observation_ids(self, obs: str) -> list[int]:
         return self.tokenizer.encode(self.observation_text(obs), add_special_tokens=False)
@@ -107,7 +112,7 @@ class HouseholdAgent(CommandLineAgent):
     """ALFWorld-style household: the room and goal as the task, the env's feedback as observations."""
 
     system_prompt = HOUSEHOLD_SYSTEM_PROMPT
-    max_obs_chars = 400
+    max_obs_chars = 1200  # a safety cap: StepContext already cuts the env's feedback
 
     def task_text(self, first_obs: str) -> str:
         """The first observation without the TextWorld banner (consumers usually drop it, §2.3)."""
@@ -117,9 +122,11 @@ class HouseholdAgent(CommandLineAgent):
         return text
 
 
+TASK_PREFIX = "\nTask: "
 HINT_PREFIX = "\nActions: "
 _UNHINTED_PREFIXES = ("go to ", "examine ")
 _UNHINTED = frozenset({"look", "inventory", "help"})
+_GOAL_MARK = "Your task is to: "
 
 
 def action_hints(commands: list[str]) -> str:
@@ -128,13 +135,26 @@ def action_hints(commands: list[str]) -> str:
     return HINT_PREFIX + ", ".join(shown) if shown else ""
 
 
-class AdmissibleHints(gym.Wrapper):
-    """Household observations followed by `action_hints(info["admissible_commands"])` (reset and step)."""
+def cut(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, ending with a marker when cut (deterministic)."""
+    return text if len(text) <= limit else text[: limit - len(CUT_MARKER)] + CUT_MARKER
+
+
+class StepContext(gym.Wrapper):
+    """Household steps answer "{feedback}\nTask: {goal}\nActions: {hints}" (see the module docstring); the reset
+    observation is the env's own (the agent turns it into the user message)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._task = ""
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
-        return obs + action_hints(info["admissible_commands"]), info
+        self._task = obs.rsplit(_GOAL_MARK, 1)[-1].strip() if _GOAL_MARK in obs else ""
+        return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs + action_hints(info["admissible_commands"]), reward, terminated, truncated, info
+        task = TASK_PREFIX + self._task if self._task else ""
+        obs = cut(obs, MAX_FEEDBACK_CHARS) + task + action_hints(info["admissible_commands"])
+        return obs, reward, terminated, truncated, info

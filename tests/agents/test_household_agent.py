@@ -12,8 +12,10 @@ from agents.household_agent import (
     CUT_MARKER,
     HINT_PREFIX,
     HOUSEHOLD_SYSTEM_PROMPT,
-    AdmissibleHints,
+    MAX_FEEDBACK_CHARS,
+    TASK_PREFIX,
     HouseholdAgent,
+    StepContext,
     action_hints,
     command_turn,
     parse_command,
@@ -51,9 +53,9 @@ def test_prompt_is_chat_then_command_opener(tok):
 
 def test_observation_is_text_then_next_opener_and_capped(tok):
     agent = HouseholdAgent(tok)
-    obs = "You arrive at fridge 1. The fridge 1 is closed."
+    obs = "You arrive at fridge 1. The fridge 1 is closed.\nTask: put a cool apple in fridge.\nActions: open fridge 1"
     assert tok.decode(agent.observation_ids(obs)) == obs + "\n> "
-    long = "x" * 1000
+    long = "x" * 5000
     shown = agent.observation_text(long)
     assert len(shown) == agent.max_obs_chars + len("\n> ") and shown.endswith(CUT_MARKER + "\n> ")
 
@@ -117,21 +119,36 @@ def test_hints_list_what_acts_here_and_nothing_else():
         "\nActions: close drawer 1, take pen 1 from drawer 1")
 
 
-def test_wrapped_env_appends_hints_that_act(tok):
+def test_step_context_restates_the_task_and_lists_what_acts(tok):
     env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
-    assert isinstance(env, AdmissibleHints)
-    assert wrap_env("alprl/WebShop-v0", gym.make("alprl/WebShop-v0")).__class__ is not AdmissibleHints
-    obs, info = env.reset(options={"split": "test", "task_id": 1})
-    assert "Actions:" not in obs  # the middle of the room: only go to / look / inventory / help
+    assert isinstance(env, StepContext)
+    assert not isinstance(wrap_env("alprl/WebShop-v0", gym.make("alprl/WebShop-v0")), StepContext)
+    raw = gym.make("alprl/Household-v0")
+    first, _ = env.reset(options={"split": "test", "task_id": 1})
+    raw_first, _ = raw.reset(options={"split": "test", "task_id": 1})
+    assert first == raw_first  # the reset observation is the env's own
+    goal = first.split("Your task is to: ")[1]
     hinted = 0
     for _ in range(13):
         command = expert_action(env)
         obs, reward, term, trunc, info = env.step(command)
+        raw_obs, *_ = raw.step(command)
         if term:
             break
-        body, _, listed = obs.partition(HINT_PREFIX)
-        assert body and "Actions:" not in body
+        feedback, _, rest = obs.partition(TASK_PREFIX)
+        assert feedback == raw_obs and rest.split("\n")[0] == goal
+        listed = rest.partition(HINT_PREFIX)[2]
         for hint in filter(None, listed.split(", ")):
             assert hint in info["admissible_commands"]
             hinted += 1
     assert term and reward == 1.0 and hinted > 0
+    obs, *_ = env.step("help")  # after the end: "Nothing happens.", still with the task line
+    assert obs.startswith("Nothing happens.\nTask: ")
+
+
+def test_long_feedback_is_cut_before_the_task_line():
+    env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
+    env.reset(options={"split": "test", "task_id": 0})
+    obs, *_ = env.step("help")  # ALFWorld's help text is ~870 characters
+    feedback = obs.partition(TASK_PREFIX)[0]
+    assert len(feedback) == MAX_FEEDBACK_CHARS and feedback.endswith(CUT_MARKER)

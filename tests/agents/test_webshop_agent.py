@@ -9,7 +9,7 @@ import envs  # noqa: F401  (registers alprl/*)
 from agents.agent_factory import make_agent
 from agents.household_agent import command_turn
 from agents.models import train_tokenizer
-from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent, instruction_of, page_parts
+from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent, instruction_of
 from envs.webshop import expert_action
 
 SEARCH_PAGE = "WebShop [SEP] Instruction: [SEP] i need a red mug, and price lower than 20.00 dollars [SEP] Search"
@@ -29,9 +29,8 @@ class _Cfg:
     style = "simpletir"
 
 
-def test_page_parts_drop_title_and_instruction():
-    assert page_parts(SEARCH_PAGE) == ["Search"]
-    assert page_parts(RESULTS)[:3] == ["Back to Search", "Page 1 (Total results: 50)", "Next >"]
+def test_instruction_of_a_page():
+    assert instruction_of(SEARCH_PAGE) == instruction_of(RESULTS)
     assert instruction_of(RESULTS) == "i need a red mug, and price lower than 20.00 dollars"
     assert instruction_of("Thank you for shopping with us! [SEP] Your score (min 0.0, max 1.0) [SEP] 1.0") == ""
 
@@ -42,8 +41,7 @@ def test_prompt_and_observation_layout(tok):
     text = tok.decode(agent.prompt_ids(SEARCH_PAGE, {}))
     assert text.endswith("<|im_start|>user\nInstruction: i need a red mug, and price lower than 20.00 dollars"
                          "<|im_end|>\n<|im_start|>assistant\n> ")
-    assert tok.decode(agent.observation_ids(RESULTS)) == (
-        "Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] B0ABCDEFGH [SEP] Red Mug [SEP] $9.99\n> ")
+    assert tok.decode(agent.observation_ids(RESULTS)) == RESULTS + "\n> "  # the env's page, then the opener
     assert agent.decode(tok.encode("click[B0ABCDEFGH]\n")) == "click[B0ABCDEFGH]"
 
 
@@ -56,14 +54,14 @@ def test_real_pages_fit_the_cap_and_expert_actions_round_trip(tok):
     agent = WebShopAgent(tok)
     env = gym.make("alprl/WebShop-v0")
     for k in range(10):
-        obs, info = env.reset(options={"split": "test", "task_id": k})
-        agent.prompt_ids(obs, info)
+        first, info = env.reset(options={"split": "test", "task_id": k})
+        agent.prompt_ids(first, info)
         while True:
             action = expert_action(env)
             assert agent.decode(agent.turn_ids(command_turn(action))) == action
             obs, reward, term, trunc, info = env.step(action)
             if term or trunc:
                 break
-            shown = agent.observation_text(obs)
-            assert "Instruction:" not in shown and len(agent.view(obs)) <= agent.max_obs_chars  # never cut
+            assert instruction_of(obs) == instruction_of(first)  # every page restates the instruction
+            assert len(agent.view(obs)) <= agent.max_obs_chars  # pages are never cut
         assert info["won"] and reward == 1.0
