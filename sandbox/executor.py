@@ -272,7 +272,9 @@ class Pool:
         return {"workers": len(self._slots), "tier": tier_of(set(active)), "layers": active,
                 "layer_errors": self.info_first["errors"], "idle_workers": self._free.qsize(),
                 "preloaded": self.info_first["preloaded"], "runs": self.runs, "respawns": self.respawns,
-                "zygote_pids": self.zygote_pids()}
+                "zygote_pids": self.zygote_pids(),
+                # heavy zygotes still importing in the background (they cost CPU until ready)
+                "warming": sum(not s.heavy_done.is_set() for s in self._slots)}
 
     def close(self) -> None:
         self._closed = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import time
 
 import pytest
 
@@ -118,6 +119,12 @@ def test_healthz_info_and_metrics(server):
     assert health["status"] == "ok" and health["tier"] in ("T0", "T1", "T2") and "layers" in health
     info = server.http.get("/v1/info").json()
     assert info["workers"] == 2 and info["backend"] == "process" and "queue_depth" in info
+    assert 0 <= info["warming"] <= info["workers"]  # heavy zygotes still importing in the background
+    deadline = time.monotonic() + 120
+    while info["warming"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+        info = server.http.get("/v1/info").json()
+    assert info["warming"] == 0
     text = server.http.get("/metrics").text
     for family in ("sandbox_requests_total", "sandbox_request_seconds_bucket", "sandbox_queue_depth",
                    "sandbox_executions_total", "sandbox_kills_total"):
