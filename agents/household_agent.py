@@ -17,12 +17,13 @@ The Agent protocol hands the agent only observation text, so the `StepContext` w
 `agents.agent_factory.wrap_env`) writes them under the env's feedback (cut at `MAX_FEEDBACK_CHARS`):
 
     You arrive at sofa 1. On the sofa 1, you see a basketball 1, and a pillow 2.
-    Task: examine the basketball with the desklamp.
     Actions: take basketball 1 from sofa 1, take pillow 2 from sofa 1
+    Task: examine the basketball with the desklamp.
 
 The list leaves out `go to`, `examine`, `look`, `inventory` and `help` (receptacles are in the room description;
-verl-agent drops `help` too), so it is a few commands long. Restating the task next to what is here lets a tiny
-model match the goal's object against the objects in view without attending hundreds of tokens back.
+verl-agent drops `help` too), so it is a few commands long. Restating the task right before the next command lets
+a tiny model match the goal's object against the objects in view at a fixed distance, instead of attending
+hundreds of tokens back to the prompt.
 
 Departures from verl-agent's ALFWorld prompt: no <think>/<action> tags, the shortened admissible list, and no
 history window (the whole episode stays in context, as in ReAct).
@@ -141,7 +142,7 @@ def cut(text: str, limit: int) -> str:
 
 
 class StepContext(gym.Wrapper):
-    """Household steps answer "{feedback}\nTask: {goal}\nActions: {hints}" (see the module docstring); the reset
+    """Household steps answer "{feedback}\\nActions: {hints}\\nTask: {goal}" (see the module docstring); the reset
     observation is the env's own (the agent turns it into the user message)."""
 
     def __init__(self, env: gym.Env):
@@ -156,5 +157,5 @@ class StepContext(gym.Wrapper):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         task = TASK_PREFIX + self._task if self._task else ""
-        obs = cut(obs, MAX_FEEDBACK_CHARS) + task + action_hints(info["admissible_commands"])
+        obs = cut(obs, MAX_FEEDBACK_CHARS) + action_hints(info["admissible_commands"]) + task
         return obs, reward, terminated, truncated, info

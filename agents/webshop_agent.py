@@ -2,15 +2,16 @@
 
 Same command-line format as the household agent (agents/household_agent.py): one assistant message, one action
 per line ("search[query]" or "click[x]", ending at the newline stop string), each page appended as "{page}\\n> ".
-Pages are the env's `text` observations (WebShop's simple mode, parts joined by " [SEP] "), which restate the
-instruction at the top of every page, next to the options and results it is matched against (verl-agent
-restates the task every step too). Clicks are written as the button reads on the page ("click[Buy Now]",
-"click[B0DYMZVVGB]"), as in ReAct's WebShop transcripts; the env lower-cases click arguments, so either case acts.
+Pages are the env's `text` observations (WebShop's simple mode) with one part per line instead of " [SEP] " (one
+token instead of four; ReAct lists clickables one per line too). They restate the instruction at the top of every
+page, next to the options and results it is matched against (verl-agent restates the task every step too).
+Clicks are written as the button reads on the page ("click[Buy Now]", "click[B0DYMZVVGB]"), as in ReAct's WebShop
+transcripts; the env lower-cases click arguments, so either case acts.
 
     <|im_start|>user\\nInstruction: i need a sulfate free shampoo ...<|im_end|>\\n<|im_start|>assistant\\n
-    > search[sulfate free shampoo]\\nInstruction: [SEP] i need ... [SEP] Back to Search [SEP] Page 1 ...\\n> ...
+    > search[sulfate free shampoo]\\nInstruction:\\ni need ...\\nBack to Search\\nPage 1 (Total results: 50)\\n...
 
-Departures from verl-agent's WebShop prompt: no <think>/<action> tags, no quoted parts and no separate list of
+Departures from verl-agent's WebShop prompt: no <think>/<action> tags, unquoted parts and no separate list of
 admissible actions (the page's buttons are the clickables), and no history window (the episode stays in context).
 """
 
@@ -44,4 +45,4 @@ class WebShopAgent(CommandLineAgent):
         return "Instruction: " + instruction
 
     def view(self, obs: str) -> str:
-        return obs.strip()
+        return "\n".join(obs.strip().split(SEP))

@@ -53,7 +53,7 @@ def test_prompt_is_chat_then_command_opener(tok):
 
 def test_observation_is_text_then_next_opener_and_capped(tok):
     agent = HouseholdAgent(tok)
-    obs = "You arrive at fridge 1. The fridge 1 is closed.\nTask: put a cool apple in fridge.\nActions: open fridge 1"
+    obs = "You arrive at fridge 1. The fridge 1 is closed.\nActions: open fridge 1\nTask: put a cool apple in fridge."
     assert tok.decode(agent.observation_ids(obs)) == obs + "\n> "
     long = "x" * 5000
     shown = agent.observation_text(long)
@@ -135,20 +135,21 @@ def test_step_context_restates_the_task_and_lists_what_acts(tok):
         raw_obs, *_ = raw.step(command)
         if term:
             break
-        feedback, _, rest = obs.partition(TASK_PREFIX)
-        assert feedback == raw_obs and rest.split("\n")[0] == goal
-        listed = rest.partition(HINT_PREFIX)[2]
+        head, _, task = obs.rpartition(TASK_PREFIX)
+        assert task == goal and not goal.endswith("\n")
+        feedback, _, listed = head.partition(HINT_PREFIX)
+        assert feedback == raw_obs
         for hint in filter(None, listed.split(", ")):
             assert hint in info["admissible_commands"]
             hinted += 1
     assert term and reward == 1.0 and hinted > 0
     obs, *_ = env.step("help")  # after the end: "Nothing happens.", still with the task line
-    assert obs.startswith("Nothing happens.\nTask: ")
+    assert obs.startswith("Nothing happens.") and obs.endswith(TASK_PREFIX + goal)
 
 
 def test_long_feedback_is_cut_before_the_task_line():
     env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
     env.reset(options={"split": "test", "task_id": 0})
     obs, *_ = env.step("help")  # ALFWorld's help text is ~870 characters
-    feedback = obs.partition(TASK_PREFIX)[0]
+    feedback = obs.partition(HINT_PREFIX)[0].partition(TASK_PREFIX)[0]
     assert len(feedback) == MAX_FEEDBACK_CHARS and feedback.endswith(CUT_MARKER)

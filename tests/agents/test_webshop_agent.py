@@ -41,7 +41,8 @@ def test_prompt_and_observation_layout(tok):
     text = tok.decode(agent.prompt_ids(SEARCH_PAGE, {}))
     assert text.endswith("<|im_start|>user\nInstruction: i need a red mug, and price lower than 20.00 dollars"
                          "<|im_end|>\n<|im_start|>assistant\n> ")
-    assert tok.decode(agent.observation_ids(RESULTS)) == RESULTS + "\n> "  # the env's page, then the opener
+    # the env's page, one part per line, then the opener of the next action
+    assert tok.decode(agent.observation_ids(RESULTS)) == RESULTS.replace(" [SEP] ", "\n") + "\n> "
     assert agent.decode(tok.encode("click[B0ABCDEFGH]\n")) == "click[B0ABCDEFGH]"
 
 
