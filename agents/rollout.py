@@ -1,17 +1,26 @@
 """Multi-turn rollout driver: the ONLY place that builds `loss_mask`.
 
-For a batch of episodes, each turn: every active episode's context (prompt + response so far) goes to
-the engine in one batched call; sampled tokens are appended with mask 1 and their engine log-probs;
-the decoded turn text goes to `env.step` (in a thread pool, so sandbox calls overlap); the observation
-is tokenized once and appended with mask 0 and log-prob 0.0, capped at `max_obs_tokens` on token ids.
-Model output is never decoded and re-encoded into the trajectory.
+Each turn of an episode: its context (prompt + response so far) goes to the engine; the sampled tokens are
+appended with mask 1 and their engine log-probs; the decoded turn text goes to `env.step`; the observation is
+tokenized once and appended with mask 0 and log-prob 0.0, capped at `max_obs_tokens` on token ids. Model output
+is never decoded and re-encoded into the trajectory.
 
-Episode ends: env terminated/truncated, or the response budget (`max_response_tokens`) is spent, which
-ends the episode as truncated with reward 0.
+Two schedules, same trajectories:
+- **overlapped** (engines that accept concurrent callers, i.e. `engine.concurrent_callers`, e.g. vLLM): one
+  thread per episode, so episodes advance independently; while some wait for the sandbox or an env step, the
+  others' requests keep the engine's running batch full (the engine batches whatever is waiting). Env steps run
+  in `pool`, which bounds the concurrency toward the sandbox.
+- **turn by turn** (batch-only engines, e.g. transformers): all active episodes generate in one batched call,
+  then step their envs in `pool`; the engine idles during env steps.
+
+Episode ends: env terminated/truncated; the response budget (`max_response_tokens`) is spent; or the episode ran
+longer than `episode_timeout_s` (checked between turns). The last two end the episode as truncated, reward 0.
+Seeds are per episode and turn, so an episode samples the same tokens under either schedule's request order.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,7 +28,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
-from agents.engines.base import Engine, GenerationRequest
+from agents.engines.base import Engine, GenerationRequest, GenerationResult
 from agents.trajectory import Trajectory
 
 
@@ -44,6 +53,8 @@ class RolloutLimits:
     max_new_tokens: int = 64
     max_response_tokens: int = 256
     max_obs_tokens: int = 64
+    episode_timeout_s: float | None = None
+    """Wall-clock limit of one episode (None: none); checked between turns, past it the episode is truncated."""
 
 
 @dataclass
@@ -68,41 +79,91 @@ def _reset_all(envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec], agent: Age
 
 def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec],
                  limits: RolloutLimits, *, greedy: bool = False, seed: int | None = None,
-                 pool: ThreadPoolExecutor | None = None) -> list[Trajectory]:
-    """Play one episode per (env, spec) pair; returns trajectories in the order of `specs`."""
+                 pool: ThreadPoolExecutor | None = None, overlap: bool | None = None) -> list[Trajectory]:
+    """Play one episode per (env, spec) pair; returns trajectories in the order of `specs`.
+
+    overlap: None picks the overlapped schedule when `engine.concurrent_callers` is true (see module docstring).
+    pool: runs env steps (default: a private pool of 8 threads).
+    """
     if len(envs) < len(specs):
         raise ValueError(f"run_episodes: {len(specs)} episodes need as many envs, got {len(envs)}")
     envs = list(envs)[: len(specs)]
     trajs = _reset_all(envs, specs, agent)
-    active = list(range(len(specs)))
+    overlap = bool(getattr(engine, "concurrent_callers", False)) if overlap is None else overlap
     own_pool = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=8)
-    turn = 0
+    episode = _Episode(engine, agent, limits, greedy, seed, pool)
     try:
-        while active:
-            budgets = {i: limits.max_response_tokens - len(trajs[i].response_ids) for i in active}
-            requests = [GenerationRequest(trajs[i].prompt_ids + trajs[i].response_ids,
-                                          min(limits.max_new_tokens, budgets[i]),
-                                          agent.stop_strings(trajs[i].info["num_tool_calls"]))
-                        for i in active]
-            results = engine.generate(requests, greedy=greedy,
-                                      seed=None if seed is None else seed * 1000 + turn)
-            texts = {}
-            for i, res in zip(active, results, strict=True):
-                trajs[i].append(res.token_ids, res.logprobs)
-                trajs[i].info["turns"] += 1
-                texts[i] = agent.decode(res.token_ids)
-            outcomes = pool.map(lambda i, text: envs[i].step(text), active, [texts[i] for i in active])
-            steps = dict(zip(active, outcomes, strict=True))
-            still = []
-            for i in active:
-                still += [i] if _absorb(trajs[i], steps[i], agent, limits) else []
-            active = still
-            turn += 1
+        if overlap:
+            with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="episode") as episodes:
+                list(episodes.map(episode.play, envs, trajs, range(len(specs))))
+        else:
+            _turn_by_turn(episode, envs, trajs)
     finally:
         if own_pool:
             pool.shutdown()
     return trajs
+
+
+def episode_seed(seed: int, index: int, turn: int) -> int:
+    """Sampling seed of episode `index`'s turn `turn` in a call seeded `seed`."""
+    return (seed * 100_003 + index) * 1_000 + turn
+
+
+class _Episode:
+    """One rollout call's shared settings; `play` runs one episode to its end (overlapped schedule)."""
+
+    def __init__(self, engine: Engine, agent: Agent, limits: RolloutLimits, greedy: bool, seed: int | None,
+                 pool: ThreadPoolExecutor):
+        self.engine, self.agent, self.limits, self.greedy, self.seed, self.pool = engine, agent, limits, greedy, \
+            seed, pool
+        self.deadline = None if limits.episode_timeout_s is None else time.monotonic() + limits.episode_timeout_s
+
+    def request(self, traj: Trajectory) -> GenerationRequest:
+        budget = self.limits.max_response_tokens - len(traj.response_ids)
+        return GenerationRequest(traj.prompt_ids + traj.response_ids, min(self.limits.max_new_tokens, budget),
+                                 self.agent.stop_strings(traj.info["num_tool_calls"]))
+
+    def take_turn(self, traj: Trajectory, res: GenerationResult) -> str:
+        traj.append(res.token_ids, res.logprobs)
+        traj.info["turns"] += 1
+        return self.agent.decode(res.token_ids)
+
+    def timed_out(self, traj: Trajectory) -> bool:
+        if self.deadline is None or time.monotonic() < self.deadline:
+            return False
+        traj.reward = 0.0
+        traj.info["truncated"] = True
+        traj.info["timed_out"] = True
+        return True
+
+    def play(self, env: gym.Env, traj: Trajectory, index: int) -> None:
+        turn = 0
+        while not self.timed_out(traj):
+            seeds = None if self.seed is None else [episode_seed(self.seed, index, turn)]
+            result = self.engine.generate([self.request(traj)], greedy=self.greedy, seed=seeds)[0]
+            text = self.take_turn(traj, result)
+            if not _absorb(traj, self.pool.submit(env.step, text).result(), self.agent, self.limits):
+                return
+            turn += 1
+
+
+def _turn_by_turn(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory]) -> None:
+    """Batch-only engines: every active episode generates in one call, then all step their envs."""
+    active = list(range(len(trajs)))
+    turn = 0
+    while active:
+        active = [i for i in active if not episode.timed_out(trajs[i])]
+        if not active:
+            return
+        seeds = None if episode.seed is None else [episode_seed(episode.seed, i, turn) for i in active]
+        results = episode.engine.generate([episode.request(trajs[i]) for i in active], greedy=episode.greedy,
+                                          seed=seeds)
+        texts = [episode.take_turn(trajs[i], res) for i, res in zip(active, results, strict=True)]
+        outcomes = list(episode.pool.map(lambda i, text: envs[i].step(text), active, texts))
+        active = [i for i, step in zip(active, outcomes, strict=True)
+                  if _absorb(trajs[i], step, episode.agent, episode.limits)]
+        turn += 1
 
 
 def _absorb(traj: Trajectory, step: tuple, agent: Agent, limits: RolloutLimits) -> bool:

@@ -20,7 +20,7 @@ from agents.agent_factory import make_agent, wrap_env
 from agents.engines import Engine, make_engine
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
-from agents.rollout import Agent, EpisodeSpec
+from agents.rollout import Agent, EpisodeSpec, RolloutLimits
 from envs.household.splits import SPLIT_OFFSETS
 from trainer.algorithms import AlgorithmHooks
 from trainer.config import TrainConfig
@@ -146,7 +146,14 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
     perturbation = build_perturbation(model, cfg)
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
-                      perturbation=perturbation)
+                      perturbation=perturbation, pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency,
+                                                                          thread_name_prefix="env-step"))
+
+
+def rollout_limits(cfg: TrainConfig) -> RolloutLimits:
+    r = cfg.rollout
+    return RolloutLimits(r.max_new_tokens, r.max_response_tokens, r.max_obs_tokens,
+                         episode_timeout_s=r.episode_timeout_s or None)
 
 
 def episode_specs(cfg: TrainConfig, split: str, step: int, num_tasks: int, group_size: int) -> list[EpisodeSpec]:

@@ -75,8 +75,9 @@ class EnvConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"
-    """Rollout engine: hf (transformers, KV-cached batched sampling) | vllm | auto."""
+    engine: str = "auto"
+    """Rollout engine: auto (vllm when importable, else hf) | vllm | hf (transformers, KV-cached batched sampling).
+    vLLM runs episodes overlapped (each advances on its own while others wait for env steps); hf turn by turn."""
     dtype: str = "bfloat16"
     """Sampler dtype. bf16 vs the fp32 trainer creates the rollout/training mismatch on purpose."""
     temperature: float = 1.0
@@ -89,6 +90,10 @@ class RolloutConfig:
     """Total response budget (assistant + observation tokens); exceeding it truncates the episode."""
     max_obs_tokens: int = 64
     """Observation tokens appended per tool call (cut on token ids)."""
+    episode_timeout_s: float = 0.0
+    """Wall-clock limit of one episode, checked between turns (0: none); past it: truncated, reward 0."""
+    env_concurrency: int = 8
+    """Threads stepping envs at once: bounds the concurrent requests toward the sandbox."""
     prompts_per_step: int = 16
     """Distinct tasks per rollout batch."""
     group_size: int = 8

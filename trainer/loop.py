@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.rollout import RolloutLimits, run_episodes
+from agents.rollout import run_episodes
 from agents.trajectory import Trajectory
 from evaluation.evaluate import evaluation_records, summarize
 from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
-from trainer.components import Components, build_components, episode_specs
+from trainer.components import Components, build_components, episode_specs, rollout_limits
 from trainer.config import TrainConfig, to_dict
 from trainer.logger import MetricLogger
 from trainer.metrics import mean_of, rollout_metrics
@@ -53,7 +53,7 @@ def step_seed(cfg: TrainConfig, step: int) -> int:
 
 def collect_rollouts(c: Components, cfg: TrainConfig, step: int) -> list[Trajectory]:
     specs = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
-    limits = RolloutLimits(cfg.rollout.max_new_tokens, cfg.rollout.max_response_tokens, cfg.rollout.max_obs_tokens)
+    limits = rollout_limits(cfg)
     return run_episodes(c.engine, c.agent, c.envs, specs, limits, seed=step_seed(cfg, step), pool=c.pool)
 
 
@@ -100,7 +100,7 @@ def train_step(c: Components, cfg: TrainConfig, step: int) -> StepResult:
 
 def evaluate(c: Components, cfg: TrainConfig, step: int) -> dict[str, float]:
     """Held-out (test split) evaluation; per-episode records go to `<run>/eval/step_<k>.jsonl`."""
-    limits = RolloutLimits(cfg.rollout.max_new_tokens, cfg.rollout.max_response_tokens, cfg.rollout.max_obs_tokens)
+    limits = rollout_limits(cfg)
     records = evaluation_records(c.engine, c.agent, c.envs, "test", cfg.eval_tasks, limits,
                                  samples_per_task=cfg.eval_samples, greedy=cfg.eval_greedy, seed=cfg.seed,
                                  pool=c.pool)

