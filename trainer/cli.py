@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from trainer.config import ConfigError, TrainConfig, algorithm_presets, build_config, field_docs, to_dict
@@ -106,6 +107,9 @@ def config_help() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # vLLM logs every engine step and weight sync at INFO, which buries the progress bars; set
+    # VLLM_LOGGING_LEVEL=INFO to see them. Spawned vLLM workers inherit the variable.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     if argv[:1] == ["sandbox"]:
         from sandbox.cli import main as sandbox_main
 

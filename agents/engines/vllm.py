@@ -39,6 +39,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import json
+import logging
 import os
 import queue
 import threading
@@ -105,6 +106,9 @@ class WeightSyncExtension:
     def alprl_begin_sync(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
+        tied = bool(getattr(self.vllm_config.model_config.hf_config, "tie_word_embeddings", False))  # type: ignore
+        _quiet_expected_reload_gaps(tied)
+
         initialize_layerwise_reload(self.model_runner.get_model())  # type: ignore[attr-defined]
 
     def alprl_load_chunk(self, blob: bytes) -> list[str]:
@@ -125,6 +129,26 @@ class WeightSyncExtension:
         with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
             finalize_layerwise_reload(model, self.vllm_config.model_config)  # type: ignore[attr-defined]
         _repack_cpu_gemms(model)
+
+
+class _ExpectedReloadGaps(logging.Filter):
+    """Drops vLLM's "<Layer>: Failed to load weights" warnings for layers that have nothing to load: rotary
+    embeddings (a computed cos/sin cache) and, with tied embeddings, the LM head (it shares `embed_tokens`).
+    Any other layer that misses weights still warns."""
+
+    def __init__(self, tied: bool):
+        super().__init__()
+        self.expected = {"RotaryEmbedding"} | ({"ParallelLMHead"} if tied else set())
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and record.args
+                    and record.args[0] in self.expected)  # type: ignore[index]
+
+
+def _quiet_expected_reload_gaps(tied: bool) -> None:
+    layerwise = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, _ExpectedReloadGaps) for f in layerwise.filters):
+        layerwise.addFilter(_ExpectedReloadGaps(tied))
 
 
 def _repack_cpu_gemms(model: torch.nn.Module) -> None:

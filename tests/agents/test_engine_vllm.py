@@ -59,6 +59,20 @@ def test_engine_kinds_resolve_and_reject_unknown(model_tok):
         make_engine("sglang", model, tok)
 
 
+def test_only_expected_reload_gaps_are_silenced():
+    import logging
+
+    from agents.engines.vllm import _ExpectedReloadGaps
+
+    def record(layer):
+        return logging.LogRecord("vllm", logging.WARNING, "layerwise.py", 266, "%s: Failed to load weights",
+                                 (layer,), None)
+
+    tied, untied = _ExpectedReloadGaps(tied=True), _ExpectedReloadGaps(tied=False)
+    assert not tied.filter(record("RotaryEmbedding")) and not tied.filter(record("ParallelLMHead"))
+    assert untied.filter(record("ParallelLMHead")) and tied.filter(record("QKVParallelLinear"))
+
+
 def test_weight_chunks_round_trip():
     from safetensors.torch import load
 
