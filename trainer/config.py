@@ -262,6 +262,8 @@ class TrainConfig:
     """Checkpoint every N steps (and at the end)."""
     eval_every: int = 0
     """Held-out evaluation every N steps (0: only at the end)."""
+    eval_at_start: bool = False
+    """Also evaluate the starting policy before any update, logged as step 0 (verl's val_before_train)."""
     eval_tasks: int = 200
     """Held-out (test split) tasks for evaluation (at most 500: the size of the test split)."""
     eval_samples: int = 2

@@ -115,7 +115,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     """Run `cfg.steps` RL iterations (continuing from the latest checkpoint with `resume`).
 
     With `eval_tasks > 0`, held-out evaluation runs every `eval_every` steps and after the last step,
-    and with `evaluate_at_start` also before any update (logged as the step-0 record).
+    and with `evaluate_at_start` (or `cfg.eval_at_start`) also before any update (logged as the step-0 record).
     """
     run_dir = Path(cfg.output_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -127,7 +127,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb, config=to_dict(cfg))
     results = []
     try:
-        if cfg.eval_tasks and evaluate_at_start and start == 0:
+        if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
             logger.log(0, evaluate(c, cfg, 0))
         with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress) as bar:
             for step in range(start + 1, cfg.steps + 1):

@@ -49,7 +49,8 @@ def episode_tokens(agent: Agent, ep: ExpertEpisode, eos_id: int) -> tuple[list[i
 
 
 def sft_fingerprint(cfg: TrainConfig) -> str:
-    env = {k: getattr(cfg.env, k) for k in ("id", "style", "difficulty", "task_types")}  # what the expert plays
+    # Everything that changes what the expert plays or how it errs (not where code runs or how RL masks turns).
+    env = {k: v for k, v in asdict(cfg.env).items() if k not in ("sandbox_url", "run_timeout_s", "mask_void_turns")}
     keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": env, "seed": cfg.seed}
     keys["sft"].pop("output_dir")
     return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
