@@ -29,15 +29,6 @@ ACCEPT, REJECT = ["algo.mipu_threshold_start=1e9", "algo.mipu_threshold_end=1e9"
     ["algo.mipu_threshold_start=-1e9", "algo.mipu_threshold_end=-1e9"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads; on a loaded 2-core machine the extra ones only spin."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def run(tiny_tokenizer):
     """Three screened steps on one run: accepted (so Adam has moments), forced rejection, forced acceptance.

@@ -21,15 +21,6 @@ from trainer.types import Batch
 
 LAM_MIN, LAM_MAX = 1e-4, 1e4
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads; on a loaded 2-core machine the extra ones only spin."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 
 def _random_groups(q=24, g=8, seed=0):
     gen = torch.Generator().manual_seed(seed)

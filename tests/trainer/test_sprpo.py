@@ -22,15 +22,6 @@ from trainer.types import Batch
 
 N_LAYERS = 4
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads; on a loaded 2-core machine the extra ones only spin."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 
 @pytest.fixture(scope="module")
 def model():
