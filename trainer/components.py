@@ -137,7 +137,7 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
     model.train()
     r = cfg.rollout
     engine = make_engine(r.engine, model, tokenizer, model_path=init_from or policy_path(cfg), dtype=r.dtype,
-                         temperature=r.temperature, top_p=r.top_p, seed=cfg.seed,
+                         temperature=r.temperature, top_p=r.top_p, seed=cfg.seed, schedule=r.schedule,
                          gpu_memory_utilization=r.gpu_memory_utilization,
                          tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
                          kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None,

@@ -76,8 +76,11 @@ class EnvConfig:
 @dataclass
 class RolloutConfig:
     engine: str = "auto"
-    """Rollout engine: auto (vllm when importable, else hf) | vllm | hf (transformers, KV-cached batched sampling).
-    vLLM runs episodes overlapped (each advances on its own while others wait for env steps); hf turn by turn."""
+    """Rollout engine: auto (vllm when importable, else hf) | vllm | hf (transformers, KV-cached batched sampling)."""
+    schedule: str = "auto"
+    """Episode scheduling: auto | overlapped (each episode advances on its own while others wait for env steps;
+    vllm only) | turn_by_turn (all episodes generate, then all step). auto: overlapped on a GPU sampler, turn by
+    turn where sampler and envs share the CPU (see agents/rollout.py)."""
     dtype: str = "bfloat16"
     """Sampler dtype. bf16 vs the fp32 trainer creates the rollout/training mismatch on purpose."""
     temperature: float = 1.0

@@ -34,9 +34,12 @@ def resolve_kind(kind: str) -> str:
     return "vllm" if vllm_available() else "hf"
 
 
+SCHEDULES = {"auto": None, "overlapped": True, "turn_by_turn": False}  # -> VLLMEngine(overlap_episodes=...)
+
+
 def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
                 model_path: str | os.PathLike | None = None, dtype: str = "bfloat16", temperature: float = 1.0,
-                top_p: float = 1.0, seed: int = 0, **vllm_options: Any) -> Engine:
+                top_p: float = 1.0, seed: int = 0, schedule: str = "auto", **vllm_options: Any) -> Engine:
     """Build the rollout engine for `model` (the trainer's policy; the engine starts with its current weights).
 
     Args:
@@ -47,14 +50,23 @@ def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
             it for real models, whose temporary copy would cost minutes and tens of GB.
         dtype, temperature, top_p: the sampler (see HFEngine / VLLMEngine).
         seed: vLLM's engine seed (requests with a seed are reproducible either way).
+        schedule: how `run_episodes` schedules episodes on this engine (`rollout.schedule`): auto | overlapped |
+            turn_by_turn; auto overlaps on a GPU sampler and goes turn by turn where sampler and envs share the
+            CPU (see agents/rollout.py). The transformers engine only runs turn by turn.
         **vllm_options: VLLMEngine keywords (gpu_memory_utilization, tensor_parallel_size, quantization,
             kv_cache_dtype, enable_sleep_mode, max_model_len, ...); ignored by the transformers engine.
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown rollout schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
     concrete = resolve_kind(kind)
     if concrete == "hf":
         from agents.engines.hf import HFEngine
 
+        if schedule == "overlapped":
+            raise ValueError("rollout.schedule=overlapped needs an engine that takes concurrent callers (vllm); the "
+                             "transformers engine runs turn by turn: set rollout.schedule=auto or turn_by_turn")
         return HFEngine(model, tokenizer, dtype=dtype, temperature=temperature, top_p=top_p)
+    vllm_options["overlap_episodes"] = SCHEDULES[schedule]
     from agents.engines.vllm import VLLMEngine, vllm_available
 
     if not vllm_available():

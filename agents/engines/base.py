@@ -38,6 +38,8 @@ Seed = int | Sequence[int] | None
 class Engine(Protocol):
     concurrent_callers: bool
     """True when `generate` may be called from many threads at once and batches their requests together."""
+    overlap_episodes: bool
+    """`run_episodes`' default schedule for this engine: overlapped (True) or turn by turn."""
 
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
                  seed: Seed = None) -> list[GenerationResult]: ...

@@ -54,6 +54,7 @@ class HFEngine:
     """Batched sampler over a causal LM; one instance per run, weights refreshed by the trainer."""
 
     concurrent_callers = False  # one batched call at a time: the rollout driver schedules turn by turn
+    overlap_episodes = False
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, dtype: str = "bfloat16",
                  temperature: float = 1.0, top_p: float = 1.0, eos_token_ids: list[int] | None = None):

@@ -206,13 +206,15 @@ class VLLMEngine:
     """A vLLM `LLM` behind the `Engine` protocol; one instance per run, weights pushed after each update."""
 
     concurrent_callers = True  # calls from many threads join one running batch (see the module docstring)
+    overlap_episodes: bool  # run_episodes' default schedule on this engine (set in __init__)
 
     def __init__(self, model_path: str | os.PathLike, *, dtype: str = "bfloat16", temperature: float = 1.0,
                  top_p: float = 1.0, seed: int = 0, max_model_len: int | None = None,
                  quantization: str | None = None, kv_cache_dtype: str = "auto",
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
                  kv_cache_memory_bytes: int | None = None, enforce_eager: bool | None = None,
-                 enable_sleep_mode: bool = False, sync_chunk_mb: float = 512, **llm_kwargs: Any):
+                 enable_sleep_mode: bool = False, sync_chunk_mb: float = 512,
+                 overlap_episodes: bool | None = None, **llm_kwargs: Any):
         """Start vLLM on the Hugging Face checkpoint directory `model_path`.
 
         Args:
@@ -227,6 +229,9 @@ class VLLMEngine:
             enforce_eager: skip graph capture / compilation (default: True on CPU, where start-up is what hurts).
             enable_sleep_mode: allow `sleep()` / `wake()` (GPU only).
             sync_chunk_mb: size of one weight-sync message.
+            overlap_episodes: whether `run_episodes` overlaps episodes on this engine by default. None: on a GPU
+                yes; on CPU no, because there the sandbox and env steps need the same cores as the sampler, and
+                bench/rollout_throughput.py measured turn by turn faster (see agents/rollout.py).
             **llm_kwargs: passed to `vllm.LLM` unchanged.
         """
         if dtype not in VLLM_DTYPES:
@@ -238,6 +243,7 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         on_cpu = current_platform.is_cpu()
+        self.overlap_episodes = (not on_cpu) if overlap_episodes is None else bool(overlap_episodes)
         if on_cpu:
             llm_kwargs = cpu_defaults(model_path, max_model_len, llm_kwargs)
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES if kv_cache_memory_bytes is None else kv_cache_memory_bytes

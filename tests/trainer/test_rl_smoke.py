@@ -152,11 +152,11 @@ def test_vllm_training_step_syncs_the_engine(tmp_path, sft_dir):
     from agents.engines.hf import HFEngine
     from agents.engines.vllm import VLLMEngine
 
-    cfg = _cfg(tmp_path, sft_dir, "rollout.engine=auto", "rollout.dtype=float32", "algorithm=seq_alp",
-               "optim.lr=0.05", "algo.entropy_coef=0.05")
+    cfg = _cfg(tmp_path, sft_dir, "rollout.engine=auto", "rollout.schedule=overlapped", "rollout.dtype=float32",
+               "algorithm=seq_alp", "optim.lr=0.05", "algo.entropy_coef=0.05")
     c = build_components(cfg)
     try:
-        assert isinstance(c.engine, VLLMEngine) and c.engine.concurrent_callers
+        assert isinstance(c.engine, VLLMEngine) and c.engine.concurrent_callers and c.engine.overlap_episodes
         prompts = [c.agent.prompt_ids(f"Compute {a} * {b}.", {}) for a, b in [(12, 34), (567, 89), (3, 4)]]
         requests = [GenerationRequest(p, 24) for p in prompts]
         before = [r.token_ids for r in c.engine.generate(requests, greedy=True)]
