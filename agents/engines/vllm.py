@@ -193,6 +193,14 @@ def pack_chunks(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: torch.
         yield save(chunk)
 
 
+def _resolve(mine: Future, raw: Future, convert) -> None:
+    """Resolve a caller's future from vLLM's (engine thread): the converted output, or the engine's error."""
+    try:
+        mine.set_result(convert(raw.result().outputs[0]))
+    except Exception as err:  # an aborted request or a dead engine: the caller sees the error
+        mine.set_exception(err)
+
+
 def finish_reason(reason: str | None, stop_reason: int | str | None) -> FinishReason:
     """Map vLLM's (finish_reason, stop_reason) to ours: a stop string is "stop", eos / stop token "eos"."""
     if reason == "length":
@@ -292,26 +300,31 @@ class VLLMEngine:
         A request whose prompt + `max_new_tokens` exceeds `max_model_len` gets its budget cut to fit (finish
         reason "length" when it runs out); a prompt that alone fills the context returns no tokens.
         """
+        return [future.result() for future in self.submit(requests, greedy=greedy, seed=seed)]
+
+    def submit(self, requests: list[GenerationRequest], *, greedy: bool = False,
+               seed: Seed = None) -> list[Future]:
+        """As `generate`, but returns at once: one future per request, each resolved with its `GenerationResult`
+        as soon as that request finishes (so a caller can act on early finishers while the batch runs on)."""
         from vllm.inputs import TokensPrompt
 
         if self._asleep:
             raise RuntimeError("VLLMEngine.generate: the engine is asleep; call wake() first")
-        results: list[GenerationResult | None] = [None] * len(requests)
+        results: list[Future] = [Future() for _ in requests]
         prompts, params, slots = [], [], []
         for i, req in enumerate(requests):
             if not req.prompt_ids:
                 raise ValueError(f"VLLMEngine.generate: request {i} has an empty prompt; every turn needs context")
             budget = min(req.max_new_tokens, self.max_model_len - len(req.prompt_ids))
             if budget <= 0:
-                results[i] = GenerationResult([], [], "length")
+                results[i].set_result(GenerationResult([], [], "length"))
                 continue
             prompts.append(TokensPrompt(prompt_token_ids=list(req.prompt_ids)))
             params.append(self._params(req, budget, greedy, request_seed(seed, i)))
             slots.append(i)
-        futures = self._submit(prompts, params) if prompts else []
-        for slot, future in zip(slots, futures, strict=True):
-            results[slot] = self._result(future.result().outputs[0])
-        return [r for r in results if r is not None]
+        for slot, raw in zip(slots, self._submit(prompts, params) if prompts else [], strict=True):
+            raw.add_done_callback(lambda done, mine=results[slot]: _resolve(mine, done, self._result))
+        return results
 
     def _submit(self, prompts: list[Any], params: list[Any]) -> list[Future]:
         """Post requests to the engine thread (started on first use); returns one future per request."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import gymnasium as gym
 import pytest
@@ -209,21 +209,29 @@ def test_multi_turn_rollout_keeps_masks_and_tokens(vllm_fp32, tool_caller):
     model, tok = tool_caller
     vllm_fp32.update_weights(model.named_parameters())
     calls = []
-    generate = vllm_fp32.generate
+    submit = vllm_fp32.submit  # generate() goes through submit() too
 
     def recording(requests, **kw):
-        results = generate(requests, **kw)
-        calls.extend(zip(requests, results, strict=True))
-        return results
+        out = []
+        for req, future in zip(requests, submit(requests, **kw), strict=True):
+            mine = Future()  # resolved only after the call is logged, so the log is complete on return
 
-    vllm_fp32.generate = recording
+            def logged(done, req=req, mine=mine):
+                calls.append((req, done.result()))
+                mine.set_result(done.result())
+
+            future.add_done_callback(logged)
+            out.append(mine)
+        return out
+
+    vllm_fp32.submit = recording
     envs_ = [gym.make("alprl/TIRMath-v0", task_types=["multiply"], max_turns=3) for _ in range(8)]
     specs = [EpisodeSpec(seed=g, options={"split": "train", "index": 1500 + g}, group_id=g)
              for g in range(2) for _ in range(4)]
     try:
         trajs = run_episodes(vllm_fp32, TIRAgent(tok), envs_, specs, RolloutLimits(48, 200, 32), seed=3)
     finally:
-        del vllm_fp32.generate
+        del vllm_fp32.submit
         for env in envs_:
             env.close()
     assert sum(t.info["num_tool_calls"] >= 1 and t.info["turns"] >= 2 for t in trajs) >= 6
