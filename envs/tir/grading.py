@@ -10,12 +10,16 @@
   So grading is safe from worker threads and no adversarial answer (`\\boxed{9^{9^{9^9}}}`) can hang an env.
 - Answers longer than `MAX_ANSWER_CHARS` are wrong without parsing (no gold here is longer than a few dozen
   characters; huge inputs would only cost parser time).
+- Fast path: when prediction and gold are both plain integers ("-12", "4517277"), they are compared as integers
+  in the calling thread, the verdict math-verify gives for such pairs; most generated tasks have integer answers,
+  and a rollout batch would otherwise queue them all on the one grading subprocess.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -23,6 +27,7 @@ import threading
 from pathlib import Path
 
 BOX_COMMANDS = ("\\boxed", "\\fbox")
+PLAIN_INTEGER = re.compile(r"[+-]?[0-9]{1,200}")
 MAX_ANSWER_CHARS = 1000
 DEFAULT_TIMEOUT_S = 5
 
@@ -86,6 +91,8 @@ def grade(pred: str | None, gold: str, *, timeout_s: int = DEFAULT_TIMEOUT_S) ->
     """True iff the extracted answer `pred` equals `gold` mathematically. Safe from any thread; never raises."""
     if pred is None or not pred.strip() or len(pred) > MAX_ANSWER_CHARS:
         return False
+    if PLAIN_INTEGER.fullmatch(pred.strip()) and PLAIN_INTEGER.fullmatch(gold.strip()):
+        return int(pred) == int(gold)
     if threading.current_thread() is threading.main_thread():
         try:
             return verify_answer(pred, gold, timeout_s=timeout_s)

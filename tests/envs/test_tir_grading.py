@@ -89,3 +89,14 @@ def test_a_killed_grading_process_is_replaced():
         grading._WORKER._proc.kill()
         grading._WORKER._proc.wait()
         assert pool.submit(grade, "3", "3").result()
+
+
+@pytest.mark.parametrize("pred,gold", [
+    ("7", "7"), ("007", "7"), ("+5", "5"), ("-0", "0"), ("-12", "12"), ("4517277", "4517278"),
+    ("123456789012345678901234567890", "123456789012345678901234567890"), (" 42 ", "42"),
+])
+def test_integer_fast_path_agrees_with_math_verify(pred, gold):
+    from envs.tir.grading import PLAIN_INTEGER, verify_answer
+
+    assert PLAIN_INTEGER.fullmatch(pred.strip()) and PLAIN_INTEGER.fullmatch(gold.strip())
+    assert grade(pred, gold) == verify_answer(pred.strip(), gold)
