@@ -65,6 +65,9 @@ class EnvConfig:
     """Zero the loss mask of trajectories that ended with a void turn (no code, no answer), as SimpleTIR."""
     expert_epsilon: float = 0.1
     """Household/WebShop SFT data: probability that the imperfect expert takes a random admissible action."""
+    expert_search: str = "random"
+    """Household imperfect expert's search for unseen receptacles: random (ALFWorld-like) | ordered ((type,
+    index) order: a fixed pattern a small model can imitate)."""
     expert_wrong_option_p: float = 0.1
     """WebShop SFT data: probability that the imperfect expert picks a wrong value for an option group."""
     num_products: int = 1000

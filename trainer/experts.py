@@ -84,14 +84,16 @@ def _sft_reset(env: gym.Env, index: int) -> str:
 
 def play_household_expert(cfg: TrainConfig, index: int) -> ExpertEpisode:
     """One imperfect household episode (reference/environments.md §5): the non-privileged expert explores unseen
-    receptacles in random order and takes a random admissible command with probability `env.expert_epsilon`."""
+    receptacles in random order (or `env.expert_search: ordered`) and takes a random admissible command with
+    probability `env.expert_epsilon`."""
     env = make_env(cfg)
     try:
         question = _sft_reset(env, index)
         rng = random.Random(cfg.seed * 7919 + index)
 
         def act() -> str:
-            return household_expert(env, rng=rng, epsilon=cfg.env.expert_epsilon, privileged=False)
+            return household_expert(env, rng=rng, epsilon=cfg.env.expert_epsilon, privileged=False,
+                                    search=cfg.env.expert_search)
 
         return _play_commands(env, question, act, lambda command, page: command)
     finally:

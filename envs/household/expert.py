@@ -1,11 +1,12 @@
 """Household experts: the oracle (privileged, solves every generated task) and an imperfect variant for SFT data.
 
 API
-    expert_action(env_or_world, rng=None, epsilon=0.0, privileged=True) -> str
+    expert_action(env_or_world, rng=None, epsilon=0.0, privileged=True, search="random") -> str
         The next command for the current state of a HouseholdEnv (or its `World`). Stateless: it re-plans from the
         state each call, so it recovers from any earlier action. `privileged=True` reads where objects are (the
         oracle); `privileged=False` only uses what the agent has seen (`world.observed`) and otherwise explores
-        unseen receptacles that could hold the object, in random order, opening each closed one. With probability
+        unseen receptacles that could hold the object, in random order (`search="ordered"`: in the fixed (type,
+        index) order, a pattern a small model can imitate), opening each closed one. With probability
         `epsilon` it returns a uniformly random admissible command instead. `rng` (random.Random or
         numpy.random.Generator) is required when epsilon > 0 or privileged is False; the env's np_random is never
         touched.
@@ -51,17 +52,18 @@ def _reach(w: World, r: int) -> str | None:
     return None
 
 
-def _explore(w: World, hosts: list[int], rng: Any) -> str | None:
-    """Non-privileged search: open the unseen receptacle we stand at, else go to a random unseen host."""
+def _explore(w: World, hosts: list[int], rng: Any, ordered: bool = False) -> str | None:
+    """Non-privileged search: open the unseen receptacle we stand at, else go to an unseen host, a random one or
+    (`ordered`) the first in (type, index) order."""
     if w.at >= 0 and not w.observed[w.at] and w.at in hosts:
         return _reach(w, w.at)
     unseen = [r for r in hosts if not w.observed[r]]
     if not unseen:
         return None
-    return "go to " + w.r_name[unseen[_randbelow(rng, len(unseen))]]
+    return "go to " + w.r_name[unseen[0 if ordered else _randbelow(rng, len(unseen))]]
 
 
-def _fetch(w: World, t: str, exclude: set[int], privileged: bool, rng: Any) -> str:
+def _fetch(w: World, t: str, exclude: set[int], privileged: bool, rng: Any, ordered: bool = False) -> str:
     """Take an instance of type t that is not in `exclude`."""
     for r, objs in enumerate(w.contents):
         if not (privileged or w.observed[r]):
@@ -70,7 +72,7 @@ def _fetch(w: World, t: str, exclude: set[int], privileged: bool, rng: Any) -> s
             if w.o_type[o] == t and o not in exclude:
                 return _reach(w, r) or f"take {w.o_name[o]} from {w.r_name[r]}"
     hosts = [r for r, rt in enumerate(w.r_type) if t in CAN_CONTAIN[rt]]
-    step = _explore(w, hosts, rng) if not privileged else None
+    step = _explore(w, hosts, rng, ordered) if not privileged else None
     # Everything seen and nothing found (cannot happen for valid tasks): fall back to the oracle's knowledge.
     return step if step is not None else _fetch(w, t, exclude, True, rng)
 
@@ -84,18 +86,18 @@ def _drop(w: World, o: int) -> str:
     return _reach(w, r) or place_command(w, o, r)
 
 
-def _look_step(w: World, privileged: bool, rng: Any) -> str:
+def _look_step(w: World, privileged: bool, rng: Any, ordered: bool = False) -> str:
     g = w.goal
     h = w.holding
     if h < 0:
-        return _fetch(w, g.obj, set(), privileged, rng)
+        return _fetch(w, g.obj, set(), privileged, rng, ordered)
     if w.o_type[h] != g.obj:
         return _drop(w, h)
     lamp = w.o_type.index(g.toggle)
     lr = w.o_in[lamp]
     if not (privileged or w.observed[lr]):
         hosts = [r for r, rt in enumerate(w.r_type) if rt in LAMP_HOLDERS]
-        step = _explore(w, hosts, rng)
+        step = _explore(w, hosts, rng, ordered)
         if step is not None:
             return step
     if w.at != lr:
@@ -103,18 +105,18 @@ def _look_step(w: World, privileged: bool, rng: Any) -> str:
     return "use " + w.o_name[lamp]
 
 
-def policy_step(w: World, privileged: bool = True, rng: Any = None) -> str:
-    """The expert's next command for state `w` (no randomness when privileged)."""
+def policy_step(w: World, privileged: bool = True, rng: Any = None, ordered: bool = False) -> str:
+    """The expert's next command for state `w` (no randomness when privileged or `ordered`)."""
     g = w.goal
     if g.task_type == "look_at_obj_in_light":
-        return _look_step(w, privileged, rng)
+        return _look_step(w, privileged, rng, ordered)
     target = _first_of_type(w, g.recep)
     exclude: set[int] = set()
     if g.task_type == "pick_two_obj_and_place":
         exclude = {o for o in w.contents[target] if w.o_type[o] == g.obj}
     h = w.holding
     if h < 0:
-        return _fetch(w, g.obj, exclude, privileged, rng)
+        return _fetch(w, g.obj, exclude, privileged, rng, ordered)
     if w.o_type[h] != g.obj:
         return _drop(w, h)
     proc = PROCESS[g.task_type]
@@ -129,7 +131,8 @@ def policy_step(w: World, privileged: bool = True, rng: Any = None) -> str:
     return _reach(w, target) or place_command(w, h, target)
 
 
-def expert_action(env_or_world: Any, rng: Any = None, epsilon: float = 0.0, privileged: bool = True) -> str:
+def expert_action(env_or_world: Any, rng: Any = None, epsilon: float = 0.0, privileged: bool = True,
+                  search: str = "random") -> str:
     """The expert's next command (see the module docstring); accepts a HouseholdEnv (wrapped or not) or a World."""
     w = env_or_world if isinstance(env_or_world, World) else env_or_world.unwrapped.world
     if w is None:
@@ -137,10 +140,12 @@ def expert_action(env_or_world: Any, rng: Any = None, epsilon: float = 0.0, priv
     if (epsilon > 0 or not privileged) and rng is None:
         raise ValueError("expert_action: pass rng (random.Random or numpy Generator) when epsilon > 0 or "
                          "privileged=False")
+    if search not in ("random", "ordered"):
+        raise ValueError(f"expert_action: search={search!r}; use 'random' or 'ordered'")
     if epsilon > 0 and rng.random() < epsilon:
         cmds = sorted(admissible(w, base_commands(w)))
         return cmds[_randbelow(rng, len(cmds))]
-    return policy_step(w, privileged, rng)
+    return policy_step(w, privileged, rng, ordered=search == "ordered")
 
 
 def rollout_oracle(w: World, max_steps: int = MAX_STEPS) -> tuple[list[str], bool]:

@@ -69,3 +69,26 @@ def test_expert_action_requires_rng_when_random():
         expert_action(env, epsilon=0.1)
     with pytest.raises(ValueError, match="pass rng"):
         expert_action(env, privileged=False)
+
+
+def test_ordered_search_visits_hosts_in_id_order_and_wins():
+    """search="ordered": the unseen receptacles are tried in (type, index) order, the same plan whatever the rng."""
+    env = HouseholdEnv()
+    for k in range(60):
+        plans = []
+        for seed in (0, 1):
+            env.reset(options={"task_id": k, "split": "valid"})
+            rng, plan = random.Random(seed), []
+            for _ in range(50):
+                plan.append(expert_action(env, rng, privileged=False, search="ordered"))
+                _, _, term, trunc, info = env.step(plan[-1])
+                if term or trunc:
+                    break
+            assert info["won"], (k, plan)
+            plans.append(plan)
+        assert plans[0] == plans[1]
+        until_found = plans[0][: next(i for i, c in enumerate(plans[0]) if c.startswith("take "))]
+        searched = [env.world.r_name.index(c[len("go to "):]) for c in until_found if c.startswith("go to ")]
+        assert searched == sorted(searched)
+    with pytest.raises(ValueError, match="search='spiral'"):
+        expert_action(env, random.Random(0), privileged=False, search="spiral")
