@@ -2,44 +2,18 @@
 
 import pytest
 import torch
+from tool_script import recompute, varied_requests
 
-from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine, top_p_filter
-from agents.models import load_model_and_tokenizer
-from agents.trajectory import Trajectory
-from trainer.logprobs import compute_logprobs
-from trainer.types import collate
-
-
-@pytest.fixture()
-def model_tok(tiny_model_dir):
-    return load_model_and_tokenizer(tiny_model_dir)
-
-
-def _requests(tok, n=6, max_new=12, stops=()):
-    prompts = [tok.encode(f"Compute {i}{i} * 9{i}.") for i in range(n)]
-    prompts[0] = prompts[0] + prompts[1]  # different prompt lengths exercise left padding
-    return [GenerationRequest(p, max_new, list(stops)) for p in prompts]
-
-
-def _recompute(model, tok, requests, results):
-    trajs = []
-    for req, res in zip(requests, results, strict=True):
-        t = Trajectory(prompt_ids=req.prompt_ids)
-        t.append(res.token_ids, res.logprobs)
-        trajs.append(t)
-    batch = collate(trajs, tok.pad_token_id)
-    logp, _ = compute_logprobs(model, batch, temperature=1.0)
-    return batch, logp
 
 
 @pytest.mark.parametrize("dtype,tol", [("float32", 2e-4), ("bfloat16", 0.5)])
 def test_logprobs_match_trainer(model_tok, dtype, tol):
     model, tok = model_tok
     engine = HFEngine(model, tok, dtype=dtype)
-    requests = _requests(tok)
+    requests = varied_requests(tok)
     results = engine.generate(requests, seed=1)
-    batch, logp = _recompute(model, tok, requests, results)
+    batch, logp = recompute(model, tok, requests, results)
     diff = ((logp - batch.rollout_logp).abs() * batch.loss_mask)
     assert diff.max().item() < tol
     if dtype == "bfloat16":  # the sampler/trainer mismatch exists, on purpose
@@ -49,39 +23,38 @@ def test_logprobs_match_trainer(model_tok, dtype, tol):
 def test_sampling_is_seeded_and_greedy_is_deterministic(model_tok):
     model, tok = model_tok
     engine = HFEngine(model, tok, dtype="float32")
-    a = engine.generate(_requests(tok), seed=3)
-    b = engine.generate(_requests(tok), seed=3)
+    a = engine.generate(varied_requests(tok), seed=3)
+    b = engine.generate(varied_requests(tok), seed=3)
     assert [r.token_ids for r in a] == [r.token_ids for r in b]
-    g1 = engine.generate(_requests(tok), greedy=True)
-    g2 = engine.generate(_requests(tok), greedy=True, seed=99)
+    g1 = engine.generate(varied_requests(tok), greedy=True)
+    g2 = engine.generate(varied_requests(tok), greedy=True, seed=99)
     assert [r.token_ids for r in g1] == [r.token_ids for r in g2]
 
 
 def test_stop_strings_and_length(model_tok):
     model, tok = model_tok
     engine = HFEngine(model, tok, dtype="float32")
-    results = engine.generate(_requests(tok, max_new=40), seed=0)
+    results = engine.generate(varied_requests(tok, max_new=40), seed=0)
     assert all(len(r.token_ids) == 40 and r.finish_reason == "length" for r in results
                if r.finish_reason == "length")
     # stop on whatever the first sampled token decodes to: generation must end right after it
     first = tok.decode(results[0].token_ids[:1])
     if first.strip():
-        stopped = engine.generate(_requests(tok, max_new=40, stops=[first]), seed=0)
+        stopped = engine.generate(varied_requests(tok, max_new=40, stops=[first]), seed=0)
         assert stopped[0].finish_reason == "stop" and len(stopped[0].token_ids) == 1
 
 
 def test_update_weights_changes_outputs(model_tok):
     model, tok = model_tok
     engine = HFEngine(model, tok, dtype="float32")
-    before = engine.generate(_requests(tok), greedy=True)
+    before = engine.generate(varied_requests(tok), greedy=True)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
     engine.update_weights(model.named_parameters())
-    after = engine.generate(_requests(tok), greedy=True)
+    after = engine.generate(varied_requests(tok), greedy=True)
     assert [r.token_ids for r in before] != [r.token_ids for r in after]
-    _, logp = _recompute(model, tok, _requests(tok), after)  # engine now equals the trainer's weights
-    batch, _ = _recompute(model, tok, _requests(tok), after)
+    batch, logp = recompute(model, tok, varied_requests(tok), after)  # engine now equals the trainer's weights
     assert ((logp - batch.rollout_logp).abs() * batch.loss_mask).max() < 2e-4
 
 

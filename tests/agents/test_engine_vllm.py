@@ -15,7 +15,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import gymnasium as gym
 import pytest
 import torch
-from tool_script import OBSERVATION, STOP, TURN_1, TURN_2, needs_vllm  # noqa: F401  (fixtures: conftest.py)
+from tool_script import (  # noqa: F401  (fixtures: conftest.py)
+    OBSERVATION,
+    STOP,
+    TURN_1,
+    TURN_2,
+    needs_vllm,
+    recompute,
+    varied_requests,
+)
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.engines import make_engine, resolve_kind
@@ -23,29 +31,8 @@ from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
-from agents.trajectory import Trajectory
 from trainer.logprobs import compute_logprobs
 from trainer.types import collate
-
-
-def _requests(tok, n=6, max_new=12, stops=()):
-    prompts = [tok.encode(f"Compute {i}{i} * 9{i}.") for i in range(n)]
-    prompts[0] = prompts[0] + prompts[1]  # different prompt lengths
-    return [GenerationRequest(p, max_new, list(stops)) for p in prompts]
-
-
-def _abs_diff(model, tok, requests, results):
-    """|trainer fp32 logp − engine logp| on sampled tokens, (B, T), and the loss mask."""
-    trajs = []
-    for req, res in zip(requests, results, strict=True):
-        t = Trajectory(prompt_ids=req.prompt_ids)
-        t.append(res.token_ids, res.logprobs)
-        trajs.append(t)
-    batch = collate(trajs, tok.pad_token_id)
-    with torch.no_grad():
-        logp, _ = compute_logprobs(model, batch, temperature=1.0)
-    return (logp - batch.rollout_logp).abs() * batch.loss_mask, batch.loss_mask
-
 
 # ------------------------------------------------------------------------------------ no engine needed
 
@@ -98,10 +85,12 @@ def test_logprobs_match_trainer(request, model_tok, engine_name, tol, record_pro
     engine = request.getfixturevalue(engine_name)
     model, tok = model_tok
     engine.update_weights(model.named_parameters())
-    requests = _requests(tok)
+    requests = varied_requests(tok)
     results = engine.generate(requests, seed=1)
     assert all(len(r.token_ids) == 12 and r.finish_reason == "length" for r in results)
-    diff, mask = _abs_diff(model, tok, requests, results)
+    batch, logp = recompute(model, tok, requests, results)
+    mask = batch.loss_mask
+    diff = (logp - batch.rollout_logp).abs() * mask
     mean = (diff.sum() / mask.sum()).item()
     record_property("mean_abs_dlogp", mean)
     print(f"{engine_name}: mean |dlogp| = {mean:.2e}, max = {diff.max().item():.2e}")
@@ -133,7 +122,7 @@ def test_concurrent_callers_share_the_engine(vllm_fp32, model_tok):
     """One thread per episode, as an overlapped rollout calls it: each caller gets exactly its own results."""
     model, tok = model_tok
     vllm_fp32.update_weights(model.named_parameters())
-    requests = _requests(tok, n=8, max_new=10)
+    requests = varied_requests(tok, n=8, max_new=10)
     batched = vllm_fp32.generate(requests, seed=5)
     with ThreadPoolExecutor(max_workers=8) as pool:
         alone = list(pool.map(lambda r: vllm_fp32.generate([r], greedy=True)[0], requests))
@@ -150,7 +139,7 @@ def test_update_weights_is_not_stale(vllm_fp32, model_tok):
     """Greedy outputs change after an update and equal the trainer's fp32 greedy decode of the new weights."""
     model, tok = model_tok
     vllm_fp32.update_weights(model.named_parameters())
-    requests = _requests(tok, max_new=16)
+    requests = varied_requests(tok, max_new=16)
     before = vllm_fp32.generate(requests, greedy=True)  # also fills the prefix cache with old-weight KV
     assert [r.token_ids for r in before] == [r.token_ids for r in
                                              HFEngine(model, tok, dtype="float32").generate(requests, greedy=True)]
@@ -167,8 +156,8 @@ def test_update_weights_is_not_stale(vllm_fp32, model_tok):
     trainer_greedy = HFEngine(new, tok, dtype="float32").generate(requests, greedy=True)
     assert [r.token_ids for r in after] != [r.token_ids for r in before]
     assert [r.token_ids for r in after] == [r.token_ids for r in trainer_greedy]
-    diff, _ = _abs_diff(new, tok, requests, after)
-    assert diff.max().item() < 1e-4
+    batch, logp = recompute(new, tok, requests, after)
+    assert ((logp - batch.rollout_logp).abs() * batch.loss_mask).max().item() < 1e-4
 
 
 @pytest.mark.slow
@@ -280,7 +269,7 @@ def test_auto_engine_is_vllm_and_shuts_down_without_leftovers(model_tok, vllm_fp
     try:
         assert isinstance(engine, VLLMEngine) and spawned, "vLLM should run its engine core in child processes"
         vllm_fp32.update_weights(model.named_parameters())
-        requests = _requests(tok)
+        requests = varied_requests(tok)
         assert [r.token_ids for r in engine.generate(requests, greedy=True)] == \
             [r.token_ids for r in vllm_fp32.generate(requests, greedy=True)]
     finally:
@@ -289,4 +278,4 @@ def test_auto_engine_is_vllm_and_shuts_down_without_leftovers(model_tok, vllm_fp
     assert not alive, f"processes left after close(): {[(p.pid, p.name()) for p in alive]}"
     engine.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
-        engine.generate(_requests(tok))
+        engine.generate(varied_requests(tok))
