@@ -67,7 +67,7 @@ class EnvConfig:
     """Household/WebShop SFT data: probability that the imperfect expert takes a random admissible action."""
     expert_search: str = "random"
     """Household imperfect expert's search for unseen receptacles: random (ALFWorld-like) | ordered ((type,
-    index) order: a fixed pattern a small model can imitate)."""
+    index) order, the order of the household agent's "Not visited" line)."""
     expert_wrong_option_p: float = 0.1
     """WebShop SFT data: probability that the imperfect expert picks a wrong value for an option group."""
     num_products: int = 1000

@@ -6,7 +6,7 @@ API
         state each call, so it recovers from any earlier action. `privileged=True` reads where objects are (the
         oracle); `privileged=False` only uses what the agent has seen (`world.observed`) and otherwise explores
         unseen receptacles that could hold the object, in random order (`search="ordered"`: in the fixed (type,
-        index) order, a pattern a small model can imitate), opening each closed one. With probability
+        index) order), opening each closed one. With probability
         `epsilon` it returns a uniformly random admissible command instead. `rng` (random.Random or
         numpy.random.Generator) is required when epsilon > 0 or privileged is False; the env's np_random is never
         touched.

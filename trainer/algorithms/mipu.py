@@ -145,9 +145,8 @@ def validation_specs(cfg: TrainConfig, step: int) -> list[EpisodeSpec]:
 
 def validation_gap(c: Components, cfg: TrainConfig, step: int) -> tuple[float, dict[str, float]]:
     """Sample validation groups from the (already synced) engine and return T̂ with `mipu/val_*` metrics."""
-    from trainer.components import (
-        rollout_limits,  # components imports this package: a top-level import cycles
-    )
+    # here, not at the top: trainer.components imports this package, so a top-level import would cycle
+    from trainer.components import rollout_limits
 
     specs = validation_specs(cfg, step)
     limits = rollout_limits(cfg)
