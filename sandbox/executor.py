@@ -243,18 +243,28 @@ class Pool:
     def _pick(self, slot: _Slot, code: str) -> tuple[str, ZygoteProcess | None]:
         if self._heavy_re is not None and self._heavy_re.search(code):
             slot.heavy_done.wait(timeout=120)
-            if slot.heavy is not None and slot.heavy.alive:
+            if slot.heavy is not None and not slot.heavy.alive:  # died while idle (e.g. killed): replace it now
+                self._revive(slot, "heavy")
+            if slot.heavy is not None:  # None: it could not start; the light zygote imports on demand
                 return "heavy", slot.heavy
-        if slot.light is None or not slot.light.alive:  # died while idle (e.g. killed): replace it now
-            if slot.light is not None:
-                slot.light.kill()
-            try:
-                slot.light = self._spawn(slot, self.settings.preload)
-                self.respawns += 1
-            except WorkerFailure as exc:
-                log.error("slot %d: cannot restart its zygote: %s", slot.index, exc)
-                slot.light = None
+        if slot.light is None or not slot.light.alive:
+            self._revive(slot, "light")
         return "light", slot.light
+
+    def _revive(self, slot: _Slot, which: str) -> None:
+        """Replace the slot's dead (or missing) `which` zygote in the calling thread; None if it cannot start."""
+        old = getattr(slot, which)
+        if old is not None:
+            old.kill()
+        preload = self.settings.preload
+        if which == "heavy":
+            preload = f"{preload},{self.settings.preload_heavy}"
+        try:
+            setattr(slot, which, self._spawn(slot, preload))
+            self.respawns += 1
+        except WorkerFailure as exc:
+            log.error("slot %d: cannot restart its %s zygote: %s", slot.index, which, exc)
+            setattr(slot, which, None)
 
     def _release(self, slot: _Slot, which: str) -> None:
         zygote = getattr(slot, which)

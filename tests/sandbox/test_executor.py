@@ -117,6 +117,21 @@ def test_zygotes_are_recycled_after_max_runs():
         pool.close()
 
 
+def test_a_heavy_zygote_killed_while_idle_is_replaced():
+    pool = Pool(Settings(workers=1, uid_base=fresh_uid_base(), preload="math", preload_heavy="fractions",
+                         heavy_triggers="fractions", max_sessions=0), allow_unsafe=True)
+    routed = "import sys\nprint('fractions' in sys.modules)  # fractions"
+    try:
+        assert pool.run(RunRequest(routed)).stdout == "True\n"  # waits for the heavy zygote to start
+        heavy = pool._slots[0].heavy
+        heavy.proc.kill()
+        heavy.proc.wait(timeout=10)
+        assert pool.run(RunRequest(routed)).stdout == "True\n"  # a fresh heavy zygote, not the light one
+        assert pool.respawns == 1 and pool._slots[0].heavy is not heavy and pool._slots[0].heavy.alive
+    finally:
+        pool.close()
+
+
 def test_closed_pool_leaves_no_process_and_answers_sandbox_error():
     pool = Pool(Settings(workers=1, uid_base=fresh_uid_base(), preload="math", preload_heavy="", max_sessions=0),
                 allow_unsafe=True)
