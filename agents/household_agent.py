@@ -18,12 +18,15 @@ The Agent protocol hands the agent only observation text, so the `StepContext` w
 
     You arrive at sofa 1. On the sofa 1, you see a basketball 1, and a pillow 2.
     Actions: take basketball 1 from sofa 1, take pillow 2 from sofa 1
+    Not visited: armchair 1, cabinet 1-3, drawer 2
     Task: examine the basketball with the desklamp.
 
-The list leaves out `go to`, `examine`, `look`, `inventory` and `help` (receptacles are in the room description;
-verl-agent drops `help` too), so it is a few commands long. Restating the task right before the next command lets
-a tiny model match the goal's object against the objects in view at a fixed distance, instead of attending
-hundreds of tokens back to the prompt.
+The list leaves out `go to`, `examine`, `look`, `inventory` and `help` (verl-agent drops `help` too), so it is a
+few commands long. Instead of the `go to` commands, "Not visited" names the receptacles the episode has not gone to
+yet, in (type, index) order with index ranges ("cabinet 1-3"): the wrapper's own memory of its successful `go to` commands (a ReAct agent keeps it
+in its thoughts). Restating the task and the unvisited receptacles right before the next command lets a tiny
+model match the goal against what is in view, and pick where to search next, at a fixed distance instead of
+attending hundreds of tokens back to the room description.
 
 Departures from verl-agent's ALFWorld prompt: no <think>/<action> tags, the shortened admissible list, and no
 history window (the whole episode stays in context, as in ReAct).
@@ -125,7 +128,9 @@ class HouseholdAgent(CommandLineAgent):
 
 TASK_PREFIX = "\nTask: "
 HINT_PREFIX = "\nActions: "
-_UNHINTED_PREFIXES = ("go to ", "examine ")
+UNVISITED_PREFIX = "\nNot visited: "
+GO_TO = "go to "
+_UNHINTED_PREFIXES = (GO_TO, "examine ")
 _UNHINTED = frozenset({"look", "inventory", "help"})
 _GOAL_MARK = "Your task is to: "
 
@@ -141,21 +146,51 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - len(CUT_MARKER)] + CUT_MARKER
 
 
+def receptacle_order(name: str) -> tuple[str, int]:
+    """Sort key (type, index) of a receptacle name such as "cabinet 12" (a name without an index sorts first)."""
+    kind, _, index = name.rpartition(" ")
+    return (kind, int(index)) if kind and index.isdigit() else (name, 0)
+
+
+def unvisited_line(receptacles: list[str]) -> str:
+    """The "Not visited" line for receptacles in (type, index) order, consecutive indices of a type written as a
+    range ("cabinet 2-5", so a kitchen's list stays short); "" once every receptacle was gone to."""
+    runs: list[list] = []  # [type, first index, last index]
+    for name in receptacles:
+        kind, index = receptacle_order(name)
+        if runs and runs[-1][0] == kind and runs[-1][2] + 1 == index and index > 0:
+            runs[-1][2] = index
+        else:
+            runs.append([kind, index, index])
+    parts = [kind if index == 0 else f"{kind} {index}" if last == index else f"{kind} {index}-{last}"
+             for kind, index, last in runs]
+    return UNVISITED_PREFIX + ", ".join(parts) if parts else ""
+
+
 class StepContext(gym.Wrapper):
-    """Household steps answer "{feedback}\\nActions: {hints}\\nTask: {goal}" (see the module docstring); the reset
-    observation is the env's own (the agent turns it into the user message)."""
+    """Household steps answer "{feedback}\\nActions: {hints}\\nNot visited: {receptacles}\\nTask: {goal}" (see the
+    module docstring); the reset observation is the env's own (the agent turns it into the user message)."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self._task = ""
+        self._unvisited: list[str] = []
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._task = obs.rsplit(_GOAL_MARK, 1)[-1].strip() if _GOAL_MARK in obs else ""
+        # Every receptacle of the room has a `go to` command at the start (ALFWorld lists them all).
+        names = {c[len(GO_TO):] for c in info.get("admissible_commands", ()) if c.startswith(GO_TO)}
+        self._unvisited = sorted(names, key=receptacle_order)
         return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
+        command = action.strip() if isinstance(action, str) else ""
+        if command.startswith(GO_TO) and not info.get("invalid_action", False):
+            target = command[len(GO_TO):]
+            self._unvisited = [r for r in self._unvisited if r != target]
         task = TASK_PREFIX + self._task if self._task else ""
-        obs = cut(obs, MAX_FEEDBACK_CHARS) + action_hints(info["admissible_commands"]) + task
+        obs = (cut(obs, MAX_FEEDBACK_CHARS) + action_hints(info["admissible_commands"])
+               + unvisited_line(self._unvisited) + task)
         return obs, reward, terminated, truncated, info

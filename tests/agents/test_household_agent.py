@@ -14,11 +14,14 @@ from agents.household_agent import (
     HOUSEHOLD_SYSTEM_PROMPT,
     MAX_FEEDBACK_CHARS,
     TASK_PREFIX,
+    UNVISITED_PREFIX,
     HouseholdAgent,
     StepContext,
     action_hints,
     command_turn,
     parse_command,
+    receptacle_order,
+    unvisited_line,
 )
 from agents.models import train_tokenizer
 from envs.household import expert_action
@@ -137,6 +140,7 @@ def test_step_context_restates_the_task_and_lists_what_acts(tok):
             break
         head, _, task = obs.rpartition(TASK_PREFIX)
         assert task == goal and not goal.endswith("\n")
+        head = head.partition(UNVISITED_PREFIX)[0]
         feedback, _, listed = head.partition(HINT_PREFIX)
         assert feedback == raw_obs
         for hint in filter(None, listed.split(", ")):
@@ -147,9 +151,52 @@ def test_step_context_restates_the_task_and_lists_what_acts(tok):
     assert obs.startswith("Nothing happens.") and obs.endswith(TASK_PREFIX + goal)
 
 
+def test_not_visited_lists_receptacles_in_order_until_gone_to():
+    env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
+    _, info = env.reset(options={"split": "test", "task_id": 2})
+    room = [c.removeprefix("go to ") for c in info["admissible_commands"] if c.startswith("go to ")]
+    expected = sorted(room, key=receptacle_order)
+    assert len(expected) > 3
+
+    def unvisited(obs: str) -> list[str]:  # ranges expanded
+        line = obs.partition(UNVISITED_PREFIX)[2].partition("\n")[0]
+        names = []
+        for part in filter(None, line.split(", ")):
+            kind, _, indices = part.rpartition(" ")
+            first, _, last = indices.partition("-")
+            names += [f"{kind} {i}" for i in range(int(first), int(last or first) + 1)]
+        return names
+
+    obs, *_ = env.step("go to nowhere 1")  # not admissible: nothing was visited
+    assert obs.startswith("Nothing happens.") and unvisited(obs) == expected
+    obs, *_ = env.step("look")
+    assert unvisited(obs) == expected
+    for name in (expected[2], expected[0], expected[2]):  # going twice changes nothing
+        obs, *_ = env.step(f"  go to {name}  ")
+        expected = [r for r in expected if r != name]
+        assert obs.startswith(f"You arrive at {name}.") and unvisited(obs) == expected
+    for name in expected:
+        obs, *_ = env.step(f"go to {name}")
+    assert UNVISITED_PREFIX not in obs  # all gone to: the line disappears
+    env.reset(options={"split": "test", "task_id": 2})  # a reset forgets the visits
+    assert len(unvisited(env.step("look")[0])) == len(room)
+
+
+def test_not_visited_line_writes_consecutive_indices_as_ranges():
+    names = ["armchair 1", "cabinet 1", "cabinet 2", "cabinet 3", "cabinet 5", "drawer 2", "drawer 3", "sofa 1"]
+    assert unvisited_line(names) == "\nNot visited: armchair 1, cabinet 1-3, cabinet 5, drawer 2-3, sofa 1"
+    assert unvisited_line(["cabinet 10", "cabinet 11"]) == "\nNot visited: cabinet 10-11"
+    assert unvisited_line([]) == ""
+
+
+def test_receptacle_order_sorts_by_type_then_numeric_index():
+    names = ["cabinet 10", "cabinet 2", "armchair 1", "drawer 1", "cabinet 1"]
+    assert sorted(names, key=receptacle_order) == ["armchair 1", "cabinet 1", "cabinet 2", "cabinet 10", "drawer 1"]
+
+
 def test_long_feedback_is_cut_before_the_task_line():
     env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
     env.reset(options={"split": "test", "task_id": 0})
     obs, *_ = env.step("help")  # ALFWorld's help text is ~870 characters
-    feedback = obs.partition(HINT_PREFIX)[0].partition(TASK_PREFIX)[0]
+    feedback = obs.partition(HINT_PREFIX)[0].partition(UNVISITED_PREFIX)[0].partition(TASK_PREFIX)[0]
     assert len(feedback) == MAX_FEEDBACK_CHARS and feedback.endswith(CUT_MARKER)

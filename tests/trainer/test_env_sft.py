@@ -26,7 +26,7 @@ TINY = {"alprl/Household-v0": "household_tiny.yaml", "alprl/WebShop-v0": "websho
 SMALL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=1", "model.num_kv_heads=1",
          "model.intermediate_size=64", "model.vocab_size=320", "sft.num_examples=12", "sft.epochs=1",
          "sft.batch_size=6", "env.max_steps=3", "rollout.prompts_per_step=2", "rollout.group_size=2",
-         "rollout.max_new_tokens=12", "rollout.max_response_tokens=400", "rollout.max_obs_tokens=400",
+         "rollout.max_new_tokens=12", "rollout.max_response_tokens=1200", "rollout.max_obs_tokens=800",
          "optim.micro_batch_size=4", "eval_tasks=0"]
 
 
