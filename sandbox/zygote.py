@@ -43,6 +43,16 @@ def _log(msg: str) -> None:
         pass
 
 
+def importable_paths() -> list[str]:
+    """What sandboxed code must be able to read: the interpreter, its venv and sys.path, and of this project only
+    the `sandbox` package. The project root itself (on sys.path so the zygote could boot) is left out: when it is
+    closed to other users (e.g. a 0700 `mktemp -d` clone) exposing it whole would keep it closed, and the venv
+    inside it unreachable for the slot uid."""
+    package = os.path.dirname(os.path.realpath(__file__))
+    project = os.path.dirname(package)
+    paths = [p for p in sys.path if os.path.realpath(p or ".") != project]
+    return [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), *paths, package]
+
 class Zygote:
     def __init__(self, sock: socket.socket, config: ZygoteConfig):
         self.sock = sock
@@ -101,7 +111,7 @@ class Zygote:
                 failed = _linux.readonly_remount_all(skip=("/proc", "/sys", "/dev"))
                 if failed:
                     self.errors["mount.readonly"] = "; ".join(failed[:5])
-                needed = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), *sys.path]
+                needed = importable_paths()
                 if self.uid is not None:  # e.g. Python under /root (0700): let the slot uid import the stdlib
                     self.exposed = _linux.expose_through(needed)
                 if "pid" in self.active:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import IS_ROOT, fresh_uid_base
 
-from sandbox import _linux
+from sandbox import _linux, zygote
 from sandbox.executor import Pool, RunRequest, SandboxStartError, UnsafeSandbox
 from sandbox.settings import Settings
 
@@ -119,3 +121,13 @@ def test_mount_layer_gives_private_tmp_and_read_only_root():
         assert run(pool, "import os\nprint(os.path.exists('/tmp/only-here'))") == "False\n"  # wiped after the run
     finally:
         pool.close()
+
+
+def test_importable_paths_hold_the_venv_and_the_sandbox_package_not_the_project_root():
+    # The project root may be closed to other users (a 0700 `mktemp -d` clone): exposing it whole would keep
+    # the venv inside it unreachable for the slot uid, so only the package and the interpreter's paths go in.
+    package = Path(zygote.__file__).resolve().parent
+    paths = [os.path.realpath(p) for p in zygote.importable_paths()]
+    assert str(package) in paths and str(package.parent) not in paths
+    assert os.path.realpath(sys.prefix) in paths
+    assert any(p.endswith("site-packages") for p in paths)
