@@ -6,17 +6,19 @@ tokenized once and appended with mask 0 and log-prob 0.0, capped at `max_obs_tok
 is never decoded and re-encoded into the trajectory.
 
 Two schedules, same trajectories:
-- **overlapped** (engines that accept concurrent callers, i.e. `engine.concurrent_callers`, e.g. vLLM): one
-  thread per episode, so episodes advance independently; while some wait for the sandbox or an env step, the
-  others' requests keep the engine's running batch full (the engine batches whatever is waiting). Env steps run
-  in `pool`, which bounds the concurrency toward the sandbox.
+- **overlapped** (engines that accept concurrent callers and `submit`, i.e. `engine.concurrent_callers`, e.g.
+  vLLM): episodes advance independently. One driver thread reacts to events: a sampled turn goes to `pool` for its
+  env step, and a finished env step posts that episode's next turn into the engine's running batch at once, so
+  while some episodes wait for the sandbox the others keep generating. `pool` bounds the concurrency toward
+  the sandbox.
 - **turn by turn**: all active episodes generate in one batched call and step their envs in `pool`; on an
   engine with `submit` (vLLM) each episode steps as soon as its own turn is sampled, during the batch's tail,
   else after the whole batch. The engine idles while the last env steps of a turn finish.
 The default is the engine's `overlap_episodes`: vLLM overlaps on a GPU, where env steps use CPU cores the sampler
 does not. Where sampler, sandbox and envs share a few CPU cores, there is no idle resource to overlap with:
-on 2 cores bench/rollout_throughput.py measured overlapped at 0.54x the tokens/s of turn by turn (the env steps
-starve), so vLLM-CPU runs turn by turn unless `overlap=True` (`rollout.schedule=overlapped`).
+on 2 cores bench/rollout_throughput.py measured overlapped at 0.85-0.89x the tokens/s of turn by turn (the env
+steps starve while the engine runs), so vLLM-CPU runs turn by turn unless `overlap=True`
+(`rollout.schedule=overlapped`).
 
 Episode ends: env terminated/truncated; the response budget (`max_response_tokens`) is spent; or the episode ran
 longer than `episode_timeout_s` (checked between turns). The last two end the episode as truncated, reward 0.
@@ -98,7 +100,7 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
     envs = list(envs)[: len(specs)]
     trajs = _reset_all(envs, specs, agent)
     overlap = bool(getattr(engine, "overlap_episodes", False)) if overlap is None else overlap
-    if overlap and not getattr(engine, "concurrent_callers", False):
+    if overlap and not (getattr(engine, "concurrent_callers", False) and hasattr(engine, "submit")):
         raise ValueError(f"run_episodes: overlap=True needs an engine that takes concurrent callers; "
                          f"{type(engine).__name__} runs turn by turn (pass overlap=None or False)")
     own_pool = pool is None
@@ -106,8 +108,7 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
     episode = _Episode(engine, agent, limits, greedy, seed, pool)
     try:
         if overlap:
-            with ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix="episode") as episodes:
-                list(episodes.map(episode.play, envs, trajs, range(len(specs))))
+            _overlapped(episode, envs, trajs)
         else:
             _turn_by_turn(episode, envs, trajs)
     finally:
@@ -148,15 +149,50 @@ class _Episode:
         traj.info["timed_out"] = True
         return True
 
-    def play(self, env: gym.Env, traj: Trajectory, index: int) -> None:
-        turn = 0
-        while not self.timed_out(traj):
-            seeds = None if self.seed is None else [episode_seed(self.seed, index, turn)]
-            result = self.engine.generate([self.request(traj)], greedy=self.greedy, seed=seeds)[0]
-            text = self.take_turn(traj, result)
-            if not _absorb(traj, self.pool.submit(env.step, text).result(), self.agent, self.limits):
-                return
-            turn += 1
+    def seeds(self, indices: Sequence[int], turns: Sequence[int]) -> list[int] | None:
+        """Per-request seeds of these episodes' turns (None when the call is unseeded)."""
+        if self.seed is None:
+            return None
+        return [episode_seed(self.seed, i, t) for i, t in zip(indices, turns, strict=True)]
+
+
+def _overlapped(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory]) -> None:
+    """Episodes advance independently, driven by events in this one thread: a sampled turn goes straight to the
+    env-step pool, and a finished env step posts the episode's next turn into the engine's running batch."""
+    done: queue.SimpleQueue = queue.SimpleQueue()  # (episode index, env step or None, error or None)
+    turns = [0] * len(trajs)
+
+    def step_after(i: int, sampled: Future) -> None:  # runs in the env-step pool
+        try:
+            done.put((i, envs[i].step(episode.take_turn(trajs[i], sampled.result())), None))
+        except BaseException as err:
+            done.put((i, None, err))
+
+    def on_sampled(i: int, sampled: Future) -> None:  # runs in the engine's thread: hand off only
+        try:
+            episode.pool.submit(step_after, i, sampled)
+        except BaseException as err:  # e.g. the pool was shut down: fail this episode instead of hanging
+            done.put((i, None, err))
+
+    def post(indices: list[int]) -> int:
+        """Submit the next turn of the episodes in `indices` that have not timed out; returns how many."""
+        live = [i for i in indices if not episode.timed_out(trajs[i])]
+        if live:
+            sampled = episode.engine.submit([episode.request(trajs[i]) for i in live], greedy=episode.greedy,
+                                            seed=episode.seeds(live, [turns[i] for i in live]))
+            for i, future in zip(live, sampled, strict=True):
+                future.add_done_callback(functools.partial(on_sampled, i))
+        return len(live)
+
+    running = post(list(range(len(trajs))))  # the first turns go in one call, so they start as one batch
+    while running:
+        i, step, err = done.get()
+        if err is not None:
+            raise err
+        turns[i] += 1
+        running -= 1
+        if _absorb(trajs[i], step, episode.agent, episode.limits):
+            running += post([i])
 
 
 def _turn_by_turn(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory]) -> None:
@@ -169,7 +205,7 @@ def _turn_by_turn(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory
         active = [i for i in active if not episode.timed_out(trajs[i])]
         if not active:
             return
-        seeds = None if episode.seed is None else [episode_seed(episode.seed, i, turn) for i in active]
+        seeds = episode.seeds(active, [turn] * len(active))
         requests = [episode.request(trajs[i]) for i in active]
         if hasattr(episode.engine, "submit"):
             outcomes = _step_as_sampled(episode, envs, trajs, active, requests, seeds)

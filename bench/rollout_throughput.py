@@ -72,8 +72,8 @@ def wait_for_warm_sandbox(timeout_s: float = 120.0) -> None:
 def multi_turn(engine, agent, envs, limits: RolloutLimits, overlap: bool, seed: int = 1) -> dict[str, float]:
     """Sampled tokens/s, wall seconds, env.step seconds, turns per episode and tool calls of one rollout batch.
 
-    overlap: `run_episodes`' overlapped schedule (one thread per episode; the engine batches whatever requests
-    are waiting while other episodes step their envs); else all episodes move turn by turn. Env steps share a
+    overlap: `run_episodes`' overlapped schedule (each episode posts its next turn into the engine's running
+    batch as soon as its env step ends); else all episodes move turn by turn. Env steps share a
     pool of 8 threads either way (bounded concurrency toward the sandbox).
     """
     specs = [EpisodeSpec(seed=i, options={"split": "train", "index": 2000 + i}, group_id=i) for i in range(len(envs))]
@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--rounds", type=int, default=5, help="alternating measurement rounds, summed")
+    parser.add_argument("--block-size", type=int, default=0, help="vLLM KV-cache block size (0: the engine's)")
     args = parser.parse_args()
     scratch = tempfile.TemporaryDirectory(prefix="alprl-bench-")
     cfg = build_config(None, TOOL_POLICY + [f"sft.output_dir={Path(scratch.name) / 'sft'}"])
@@ -106,7 +107,7 @@ def main() -> None:
     env.close()
     single = [GenerationRequest(p, limits.max_new_tokens) for p in prompts]
 
-    vllm = VLLMEngine(model_dir, dtype=args.dtype)
+    vllm = VLLMEngine(model_dir, dtype=args.dtype, **({"block_size": args.block_size} if args.block_size else {}))
     hf = HFEngine(model, tok, dtype=args.dtype)
     for engine in (vllm, hf):
         engine.generate(single[:8], seed=0)  # warm-up

@@ -37,7 +37,8 @@ Seed = int | Sequence[int] | None
 
 class Engine(Protocol):
     concurrent_callers: bool
-    """True when `generate` may be called from many threads at once and batches their requests together."""
+    """True when `generate` may be called from many threads at once and batches their requests together; such an
+    engine also has `submit(requests, greedy=, seed=) -> list[Future]`, which the overlapped rollout uses."""
     overlap_episodes: bool
     """`run_episodes`' default schedule for this engine: overlapped (True) or turn by turn."""
 
