@@ -7,13 +7,16 @@ The expert is imperfect on purpose (`p_skip_tool` guesses without the tool, `p_w
 result), so the SFT policy has headroom that RL can recover.
 
 Token streams are built exactly like rollouts: each turn and each observation tokenized separately and
-concatenated, then the eos token; so the SFT model sees the same boundaries it will produce.
+concatenated, each observation cut at `rollout.max_obs_tokens`, then the eos token; so the SFT model sees the same
+boundaries and the same observations it will act on. Expert episodes longer than `rollout.max_response_tokens`
+are kept whole for SFT, but a warning names the share RL and evaluation will cut before they can finish.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import random
 import time
@@ -31,10 +34,13 @@ from trainer.experts import ExpertEpisode, expert_player, system_prompt
 from trainer.progress import progress_bar
 
 META_FILE = "sft_meta.json"
+OVER_BUDGET_WARN_FRAC = 0.02  # warn when more expert episodes than this exceed the RL response budget
+log = logging.getLogger(__name__)
 
 
-def episode_tokens(agent: Agent, ep: ExpertEpisode, eos_id: int) -> tuple[list[int], list[int]]:
-    """(input ids, loss mask) of one expert episode, built like a rollout."""
+def episode_tokens(agent: Agent, ep: ExpertEpisode, eos_id: int,
+                   max_obs_tokens: int | None = None) -> tuple[list[int], list[int]]:
+    """(input ids, loss mask) of one expert episode, built like a rollout (observations cut at `max_obs_tokens`)."""
     ids = agent.prompt_ids(ep.question, {})
     mask = [0] * len(ids)
     for i, turn in enumerate(ep.turns):
@@ -42,16 +48,34 @@ def episode_tokens(agent: Agent, ep: ExpertEpisode, eos_id: int) -> tuple[list[i
         ids += turn_ids
         mask += [1] * len(turn_ids)
         if i < len(ep.observations):
-            obs_ids = agent.observation_ids(ep.observations[i])
+            obs_ids = agent.observation_ids(ep.observations[i])[:max_obs_tokens]
             ids += obs_ids
             mask += [0] * len(obs_ids)
     return ids + [eos_id], mask + [1]
 
 
+def length_report(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> dict[str, float]:
+    """Expert response lengths (tokens after the prompt, eos excluded) against the RL response budget; warns when
+    the budget would cut a noticeable share of them (an RL episode cut short gets reward 0)."""
+    lengths = sorted(len(mask) - 1 - mask.index(1) for _, mask in data if 1 in mask)
+    if not lengths:
+        return {}
+    budget = cfg.rollout.max_response_tokens
+    over = sum(n > budget for n in lengths) / len(lengths)
+    p90 = lengths[int(0.9 * (len(lengths) - 1))]
+    if over > OVER_BUDGET_WARN_FRAC:
+        log.warning("sft: %.0f%% of the expert episodes are longer than rollout.max_response_tokens=%d (p90 %d, "
+                    "max %d tokens); RL and evaluation will cut such episodes before they finish. Raise "
+                    "rollout.max_response_tokens or shorten the observations", 100 * over, budget, p90, lengths[-1])
+    return {"expert_response_tokens_p90": p90, "expert_response_tokens_max": lengths[-1],
+            "expert_over_response_budget": round(over, 4)}
+
+
 def sft_fingerprint(cfg: TrainConfig) -> str:
     # Everything that changes what the expert plays or how it errs (not where code runs or how RL masks turns).
     env = {k: v for k, v in asdict(cfg.env).items() if k not in ("sandbox_url", "run_timeout_s", "mask_void_turns")}
-    keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": env, "seed": cfg.seed}
+    keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": env, "seed": cfg.seed,
+            "max_obs_tokens": cfg.rollout.max_obs_tokens}  # observations are cut in the SFT data too
     keys["sft"].pop("output_dir")
     return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -85,14 +109,16 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
                              num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
                              intermediate_size=cfg.model.intermediate_size, seed=cfg.seed)
     agent = make_agent(cfg.env, tokenizer)
-    data = [episode_tokens(agent, ep, tokenizer.convert_tokens_to_ids("<|im_end|>")) for ep in episodes]
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    data = [episode_tokens(agent, ep, eos, cfg.rollout.max_obs_tokens) for ep in episodes]
+    lengths = length_report(data, cfg)
     losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress)
     t2 = time.monotonic()
     save_pretrained(model, tokenizer, out)
     meta = {"fingerprint": fingerprint, "num_examples": len(data), "final_loss": losses[-1],
             "expert_success": sum(ep.reward for ep in episodes) / len(episodes),
             "num_parameters": sum(p.numel() for p in model.parameters()),
-            "expert_data_seconds": round(t1 - t0, 1), "train_seconds": round(t2 - t1, 1)}
+            "expert_data_seconds": round(t1 - t0, 1), "train_seconds": round(t2 - t1, 1), **lengths}
     meta_path.write_text(json.dumps(meta, indent=2))
     return out
 

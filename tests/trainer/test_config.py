@@ -54,7 +54,8 @@ def test_sft_cache_key_follows_what_the_expert_plays():
     from trainer.sft import sft_fingerprint
 
     base = sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0"]))
-    for changed in (["env.expert_epsilon=0.3"], ["env.max_steps=7"], ["sft.lr=1e-4"], ["model.num_layers=3"]):
+    for changed in (["env.expert_epsilon=0.3"], ["env.max_steps=7"], ["sft.lr=1e-4"], ["model.num_layers=3"],
+                    ["rollout.max_obs_tokens=17"]):
         assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0", *changed])) != base, changed
     for same in (["env.sandbox_url=http://127.0.0.1:1"], ["rollout.engine=hf"], ["optim.lr=1e-5"]):
         assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0", *same])) == base, same

@@ -7,6 +7,7 @@ preset smoke runs use the transformers engine (one vLLM start per run would cost
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import pytest
@@ -19,7 +20,7 @@ from trainer.components import build_components, env_kwargs, episode_specs, make
 from trainer.config import CONFIG_DIR, build_config
 from trainer.experts import SFT_INDEX_OFFSET, clicked_as_shown, expert_player, system_prompt
 from trainer.loop import train
-from trainer.sft import run_sft
+from trainer.sft import episode_tokens, length_report, run_sft
 
 ENVS = ["alprl/Household-v0", "alprl/WebShop-v0"]
 TINY = {"alprl/Household-v0": "household_tiny.yaml", "alprl/WebShop-v0": "webshop_tiny.yaml"}
@@ -57,6 +58,35 @@ def test_expert_episodes_replay_from_their_tokens(env_id):
             if k < len(ep.observations):
                 assert obs == ep.observations[k] and not (term or trunc)
         assert (term or trunc) and reward == ep.reward
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_sft_observations_are_cut_like_rollout_observations(env_id):
+    cfg = build_config(CONFIG_DIR / TINY[env_id])
+    episodes = _episodes(cfg, 3)
+    tok = _tokenizer(cfg, episodes)
+    agent, eos = make_agent(cfg.env, tok), tok.convert_tokens_to_ids("<|im_end|>")
+    for ep in episodes:
+        full_ids, _ = episode_tokens(agent, ep, eos)
+        ids, mask = episode_tokens(agent, ep, eos, max_obs_tokens=7)
+        after_prompt = mask[mask.index(1):]
+        runs = [len(list(group)) for m, group in itertools.groupby(after_prompt) if m == 0]  # observations
+        assert len(runs) == len(ep.observations) and all(n <= 7 for n in runs)
+        assert len(full_ids) - len(ids) == sum(len(agent.observation_ids(o)) - 7 for o in ep.observations
+                                               if len(agent.observation_ids(o)) > 7)
+
+
+def test_length_report_warns_when_the_response_budget_cuts_expert_episodes(caplog):
+    cfg = build_config(None, ["rollout.max_response_tokens=10"])
+    short, long = ([0] * 4 + [1] * 5, [0] * 4 + [1] * 5), ([0] * 4 + [1] * 20, [0] * 4 + [1] * 20)
+    with caplog.at_level("WARNING"):
+        report = length_report([short] * 49, cfg)
+    assert report["expert_over_response_budget"] == 0 and not caplog.records
+    with caplog.at_level("WARNING"):
+        report = length_report([short] * 40 + [long] * 10, cfg)
+    assert report == {"expert_response_tokens_p90": 19, "expert_response_tokens_max": 19,
+                      "expert_over_response_budget": 0.2}
+    assert "20% of the expert episodes are longer than rollout.max_response_tokens=10" in caplog.text
 
 
 @pytest.mark.parametrize("env_id", ENVS)
