@@ -186,13 +186,18 @@ def _overlapped(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory])
 
     running = post(list(range(len(trajs))))  # the first turns go in one call, so they start as one batch
     while running:
-        i, step, err = done.get()
-        if err is not None:
-            raise err
-        turns[i] += 1
-        running -= 1
-        if _absorb(trajs[i], step, episode.agent, episode.limits):
-            running += post([i])
+        finished = [done.get()]
+        while not done.empty():  # steps that ended meanwhile: their next turns go in one call
+            finished.append(done.get())
+        going_on = []
+        for i, step, err in finished:
+            if err is not None:
+                raise err
+            turns[i] += 1
+            running -= 1
+            if _absorb(trajs[i], step, episode.agent, episode.limits):
+                going_on.append(i)
+        running += post(going_on)
 
 
 def _turn_by_turn(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory]) -> None:
