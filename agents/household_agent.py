@@ -12,28 +12,32 @@ tokens, "{observation}\\n> ", so the model continues with the next command:
 The action sent to the env is the first line of the sampled text, stripped (a leading "> " too); anything that
 is not an admissible command gets the env's "Nothing happens." and still costs a step.
 
-Each step also restates the task and lists the admissible commands, short, as verl-agent's per-step prompt does.
+Each step also restates the task and lists admissible commands, short, as verl-agent's per-step prompt does.
 The Agent protocol hands the agent only observation text, so the `StepContext` wrapper (applied by
 `agents.agent_factory.wrap_env`) writes them under the env's feedback (cut at `MAX_FEEDBACK_CHARS`):
 
     You arrive at sofa 1. On the sofa 1, you see a basketball 1, and a pillow 2.
-    Actions: take basketball 1 from sofa 1, take pillow 2 from sofa 1
+    Actions: take basketball 1 from sofa 1
     Not visited: armchair 1, cabinet 1-3, drawer 2
     Task: examine the basketball with the desklamp.
 
-The list leaves out `go to`, `examine`, `look`, `inventory` and `help` (verl-agent drops `help` too), so it is a
-few commands long. Instead of the `go to` commands, "Not visited" names the receptacles the episode has not gone to
-yet, in (type, index) order with index ranges ("cabinet 1-3"): the wrapper's own memory of its successful `go to` commands (a ReAct agent keeps it
-in its thoughts). Restating the task and the unvisited receptacles right before the next command lets a tiny
-model match the goal against what is in view, and pick where to search next, at a fixed distance instead of
-attending hundreds of tokens back to the room description.
+"Actions" lists only the admissible commands that serve the goal as far as their text tells (`serves_goal`: the
+goal names the object to take, or every receptacle, lamp and object the command names; `open` always), read off
+the goal sentence and the env's admissible list, no hidden state. `go to`, `examine`, `look`, `inventory` and
+`help` are left out (verl-agent drops `help` too). "Not visited" names the receptacles the episode has not gone
+to yet, in (type, index) order with index ranges ("cabinet 1-3"): the wrapper's memory of its successful `go to`
+commands (a ReAct agent keeps it in its thoughts). Both sit right before the next command, so a tiny model
+decides "take what is listed, else search the next unvisited receptacle" at a fixed distance instead of matching
+the goal against every object in view and attending hundreds of tokens back to the room description. The
+unfiltered list made the 0.86 M SFT model "take" goal objects that were not there.
 
-Departures from verl-agent's ALFWorld prompt: no <think>/<action> tags, the shortened admissible list, and no
+Departures from verl-agent's ALFWorld prompt: no <think>/<action> tags, the goal-filtered admissible list, and no
 history window (the whole episode stays in context, as in ReAct).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -135,9 +139,32 @@ _UNHINTED = frozenset({"look", "inventory", "help"})
 _GOAL_MARK = "Your task is to: "
 
 
-def action_hints(commands: list[str]) -> str:
-    """The short admissible list appended to an observation ("" when nothing acts on what is here)."""
-    shown = [c for c in commands if c not in _UNHINTED and not c.startswith(_UNHINTED_PREFIXES)]
+_NAMED = re.compile(r"([a-z]+) \d+")  # "apple 1" in a command: a type followed by its index
+_FIRST_NAME_DECIDES = ("take ", "clean ", "heat ", "cool ", "slice ")  # "take X from Y": only X matters
+
+
+def goal_words(goal: str) -> frozenset[str]:
+    """The words of a goal sentence ("put a clean apple in fridge" → {put, a, clean, apple, in, fridge})."""
+    return frozenset(re.findall(r"[a-z]+", goal.lower()))
+
+
+def serves_goal(command: str, goal: frozenset[str]) -> bool:
+    """Whether an admissible command acts toward the goal as far as its text tells: `open` always (a closed
+    receptacle may hide the object); `take`/`clean`/`heat`/`cool`/`slice` when their object's type is in the goal;
+    any other command when every type it names is in the goal ("move apple 1 to fridge 1", "use desklamp 1")."""
+    if command.startswith("open "):
+        return True
+    names = _NAMED.findall(command)
+    if command.startswith(_FIRST_NAME_DECIDES):
+        names = names[:1]
+    return bool(names) and all(name in goal for name in names)
+
+
+def action_hints(commands: list[str], goal: frozenset[str] | None = None) -> str:
+    """The short admissible list appended to an observation ("" when nothing acts on what is here); with `goal`
+    (its words), only the commands that serve it."""
+    shown = [c for c in commands if c not in _UNHINTED and not c.startswith(_UNHINTED_PREFIXES)
+             and (goal is None or serves_goal(c, goal))]
     return HINT_PREFIX + ", ".join(shown) if shown else ""
 
 
@@ -191,6 +218,6 @@ class StepContext(gym.Wrapper):
             target = command[len(GO_TO):]
             self._unvisited = [r for r in self._unvisited if r != target]
         task = TASK_PREFIX + self._task if self._task else ""
-        obs = (cut(obs, MAX_FEEDBACK_CHARS) + action_hints(info["admissible_commands"])
+        obs = (cut(obs, MAX_FEEDBACK_CHARS) + action_hints(info["admissible_commands"], goal_words(self._task))
                + unvisited_line(self._unvisited) + task)
         return obs, reward, terminated, truncated, info

@@ -19,8 +19,10 @@ from agents.household_agent import (
     StepContext,
     action_hints,
     command_turn,
+    goal_words,
     parse_command,
     receptacle_order,
+    serves_goal,
     unvisited_line,
 )
 from agents.models import train_tokenizer
@@ -122,6 +124,21 @@ def test_hints_list_what_acts_here_and_nothing_else():
         "\nActions: close drawer 1, take pen 1 from drawer 1")
 
 
+def test_hints_keep_only_the_commands_that_serve_the_goal():
+    goal = goal_words("put a clean apple in fridge.")
+    assert goal == {"put", "a", "clean", "apple", "in", "fridge"}
+    commands = ["close drawer 1", "open drawer 2", "take apple 2 from drawer 1", "take pen 1 from drawer 1",
+                "move apple 2 to drawer 1", "move apple 2 to fridge 1", "clean apple 2 with sinkbasin 1",
+                "heat apple 2 with microwave 1", "use desklamp 1", "go to fridge 1"]
+    assert action_hints(commands, goal) == (
+        "\nActions: open drawer 2, take apple 2 from drawer 1, move apple 2 to fridge 1, "
+        "clean apple 2 with sinkbasin 1, heat apple 2 with microwave 1")
+    lamp = goal_words("examine the basketball with the desklamp")
+    assert action_hints(["use desklamp 1", "use floorlamp 1", "take basketball 1 from sofa 1"], lamp) == (
+        "\nActions: use desklamp 1, take basketball 1 from sofa 1")
+    assert action_hints(["close drawer 1", "take pen 1 from drawer 1"], lamp) == ""
+
+
 def test_step_context_restates_the_task_and_lists_what_acts(tok):
     env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
     assert isinstance(env, StepContext)
@@ -144,7 +161,7 @@ def test_step_context_restates_the_task_and_lists_what_acts(tok):
         feedback, _, listed = head.partition(HINT_PREFIX)
         assert feedback == raw_obs
         for hint in filter(None, listed.split(", ")):
-            assert hint in info["admissible_commands"]
+            assert hint in info["admissible_commands"] and serves_goal(hint, goal_words(goal))
             hinted += 1
     assert term and reward == 1.0 and hinted > 0
     obs, *_ = env.step("help")  # after the end: "Nothing happens.", still with the task line
