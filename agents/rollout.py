@@ -123,7 +123,7 @@ def episode_seed(seed: int, index: int, turn: int) -> int:
 
 
 class _Episode:
-    """One rollout call's shared settings; `play` runs one episode to its end (overlapped schedule)."""
+    """One rollout call's shared settings and the per-turn steps both schedules share."""
 
     def __init__(self, engine: Engine, agent: Agent, limits: RolloutLimits, greedy: bool, seed: int | None,
                  pool: ThreadPoolExecutor):
