@@ -213,7 +213,7 @@ class StepContext(gym.Wrapper):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        command = action.strip() if isinstance(action, str) else ""
+        command = info.get("projected_action", action.strip() if isinstance(action, str) else "")
         if command.startswith(GO_TO) and not info.get("invalid_action", False):
             target = command[len(GO_TO):]
             self._unvisited = [r for r in self._unvisited if r != target]

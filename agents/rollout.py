@@ -253,7 +253,7 @@ def _step_as_sampled(episode: _Episode, envs: list[gym.Env], trajs: list[Traject
 def _absorb(traj: Trajectory, step: tuple, agent: Agent, limits: RolloutLimits) -> bool:
     """Apply one env step to a trajectory; return True if the episode continues."""
     obs, reward, terminated, truncated, info = step
-    for key in ("won", "void_turn", "num_tool_calls", "sandbox_error"):
+    for key in ("won", "void_turn", "num_tool_calls", "sandbox_error", "invalid_actions"):
         if key in info:
             traj.info[key] = info[key]
     if terminated or truncated:

@@ -20,10 +20,11 @@ from agents.agent_factory import make_agent, wrap_env
 from agents.engines import Engine, make_engine
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
+from agents.projection import ActionProjection
 from agents.rollout import Agent, EpisodeSpec, RolloutLimits
 from envs.household.splits import SPLIT_OFFSETS
 from trainer.algorithms import AlgorithmHooks
-from trainer.config import TrainConfig
+from trainer.config import ConfigError, TrainConfig
 
 TRAIN_INDICES = range(1_500, 101_500)  # RL draws train tasks here (the train split starts at global index 1500)
 
@@ -101,10 +102,15 @@ class GlobalTaskIndex(gym.Wrapper):
 
 def make_env(cfg: TrainConfig) -> gym.Env:
     """The configured env as rollouts, evaluation and SFT experts use it (task indices, the agent's wrapper)."""
-    env = gym.make(cfg.env.id, **env_kwargs(cfg))
-    if cfg.env.id.startswith(("alprl/Household", "alprl/WebShop")):
-        env = GlobalTaskIndex(env)
-    return wrap_env(cfg.env.id, env)
+    e = cfg.env
+    env = gym.make(e.id, **env_kwargs(cfg))
+    if e.id.startswith(("alprl/Household", "alprl/WebShop")):
+        env = ActionProjection(GlobalTaskIndex(env), e.action_projection, e.projection_min_similarity,
+                               e.invalid_action_penalty)
+    elif (e.action_projection, e.invalid_action_penalty) != ("exact", 0.0):
+        raise ConfigError(f"env.action_projection / env.invalid_action_penalty need an env with admissible commands "
+                          f"(household, WebShop); {e.id} has none")
+    return wrap_env(e.id, env)
 
 
 def make_envs(cfg: TrainConfig, n: int) -> list[gym.Env]:

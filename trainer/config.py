@@ -74,6 +74,14 @@ class EnvConfig:
     """WebShop: products in the generated catalog (WebShop's small set has 1,000)."""
     max_steps: int = 0
     """Household/WebShop step limit (truncation); 0: the env's own (ALFWorld 50, WebShop 15)."""
+    action_projection: str = "exact"
+    """Household/WebShop: exact (commands run as written) | nearest (an inadmissible command runs as the most
+    similar admissible one, see agents/projection.py)."""
+    projection_min_similarity: float = 0.9
+    """Household/WebShop, action_projection=nearest: least string similarity (0-1) for a command to be mapped."""
+    invalid_action_penalty: float = 0.0
+    """Household/WebShop: subtracted from the episode's reward per command that was not admissible as written
+    (verl-agent's invalid_action_penalty_coef)."""
 
 
 @dataclass
@@ -365,7 +373,10 @@ def _nest(dotted: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file by path, or by its name in configs/ (`--config household_tiny.yaml`)."""
     path = Path(path)
+    if not path.exists() and (CONFIG_DIR / path).is_file():
+        path = CONFIG_DIR / path
     if not path.exists():
         raise ConfigError(f"config file '{path}' not found; files in {CONFIG_DIR}: "
                           f"{', '.join(sorted(p.name for p in CONFIG_DIR.glob('*.yaml')))}")

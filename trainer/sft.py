@@ -34,6 +34,8 @@ from trainer.experts import ExpertEpisode, expert_player, system_prompt
 from trainer.progress import progress_bar
 
 META_FILE = "sft_meta.json"
+RL_ONLY_ENV_KEYS = ("sandbox_url", "run_timeout_s", "mask_void_turns", "action_projection",
+                    "projection_min_similarity", "invalid_action_penalty")  # the expert's data does not depend on them
 OVER_BUDGET_WARN_FRAC = 0.02  # warn when more expert episodes than this exceed the RL response budget
 log = logging.getLogger(__name__)
 
@@ -73,7 +75,7 @@ def length_report(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> 
 
 def sft_fingerprint(cfg: TrainConfig) -> str:
     # Everything that changes what the expert plays or how it errs (not where code runs or how RL masks turns).
-    env = {k: v for k, v in asdict(cfg.env).items() if k not in ("sandbox_url", "run_timeout_s", "mask_void_turns")}
+    env = {k: v for k, v in asdict(cfg.env).items() if k not in RL_ONLY_ENV_KEYS}
     keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": env, "seed": cfg.seed,
             "max_obs_tokens": cfg.rollout.max_obs_tokens}  # observations are cut in the SFT data too
     keys["sft"].pop("output_dir")

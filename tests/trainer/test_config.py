@@ -59,3 +59,10 @@ def test_sft_cache_key_follows_what_the_expert_plays():
         assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0", *changed])) != base, changed
     for same in (["env.sandbox_url=http://127.0.0.1:1"], ["rollout.engine=hf"], ["optim.lr=1e-5"]):
         assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0", *same])) == base, same
+
+
+def test_config_files_load_by_path_or_by_name_in_configs():
+    by_name = build_config("household_tiny.yaml")
+    assert by_name == build_config(CONFIG_DIR / "household_tiny.yaml") and by_name.env.id == "alprl/Household-v0"
+    with pytest.raises(ConfigError, match="config file 'nope.yaml' not found; files in .*household_tiny.yaml"):
+        build_config("nope.yaml")
