@@ -29,6 +29,7 @@ import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.engines import make_engine, resolve_kind
 from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
+from agents.engines.vllm import CPU_BLOCK_SIZE, cpu_defaults
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
 from trainer.logprobs import compute_logprobs
@@ -79,6 +80,18 @@ def test_weight_chunks_round_trip():
 
 
 @pytest.mark.slow
+@needs_vllm
+def test_cpu_engine_caches_prefixes_in_small_blocks(vllm_fp32, tiny_model_dir):
+    # vLLM-CPU's default 128-token blocks are longer than a tiny model's prompts: nothing would be reused.
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip("a CUDA engine keeps vLLM's own block size")
+    config = vllm_fp32.llm.llm_engine.vllm_config.cache_config
+    assert config.block_size == CPU_BLOCK_SIZE and config.enable_prefix_caching
+    assert cpu_defaults(tiny_model_dir, None, {"block_size": 64})["block_size"] == 64  # the caller's wins
+
+
 @needs_vllm
 @pytest.mark.parametrize("engine_name,tol", [("vllm_fp32", 1e-4), ("vllm_bf16", 0.05)])
 def test_logprobs_match_trainer(request, model_tok, engine_name, tol, record_property):
