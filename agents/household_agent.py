@@ -201,11 +201,13 @@ class StepContext(gym.Wrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self._task = ""
+        self._goal: frozenset[str] = frozenset()
         self._unvisited: list[str] = []
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._task = obs.rsplit(_GOAL_MARK, 1)[-1].strip() if _GOAL_MARK in obs else ""
+        self._goal = goal_words(self._task)
         # Every receptacle of the room has a `go to` command at the start (ALFWorld lists them all).
         names = {c[len(GO_TO):] for c in info.get("admissible_commands", ()) if c.startswith(GO_TO)}
         self._unvisited = sorted(names, key=receptacle_order)
@@ -218,6 +220,6 @@ class StepContext(gym.Wrapper):
             target = command[len(GO_TO):]
             self._unvisited = [r for r in self._unvisited if r != target]
         task = TASK_PREFIX + self._task if self._task else ""
-        obs = (cut(obs, MAX_FEEDBACK_CHARS) + action_hints(info["admissible_commands"], goal_words(self._task))
+        obs = (cut(obs, MAX_FEEDBACK_CHARS) + action_hints(info["admissible_commands"], self._goal)
                + unvisited_line(self._unvisited) + task)
         return obs, reward, terminated, truncated, info

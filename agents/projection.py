@@ -12,7 +12,7 @@ Modes (`env.action_projection`):
 - `nearest`: a command that is not admissible runs as the most similar admissible command when their similarity
   is at least `env.projection_min_similarity` (0-1), else as written.
 
-Admissible entries with a `<placeholder>` (WebShop's "search[<your query>]") accept any non-empty text there.
+An admissible entry with a `<...>` slot (WebShop's "search[<your query>]") accepts any non-empty text in the slot.
 Matching ignores case (WebShop lower-cases its click arguments; the model copies buttons as the page shows them).
 
 Every step reports `info["action_valid"]` (the command was admissible as written) and, when a command was mapped,
@@ -29,14 +29,15 @@ import gymnasium as gym
 from rapidfuzz import fuzz, process
 
 PROJECTIONS = ("exact", "nearest")
-_PLACEHOLDER = re.compile(r"<[^<>]*>")
+_SLOT = re.compile(r"<[^<>]*>")  # "<your query>" in "search[<your query>]"
 
 
 def _template(command: str) -> re.Pattern | None:
-    """A regex for an admissible entry with placeholders ("search[<your query>]" → `search\\[.+\\]`), else None."""
-    if not _PLACEHOLDER.search(command):
+    """The pattern an admissible entry with `<...>` slots accepts ("search[<your query>]" → `search\\[.+\\]`);
+    None for a literal command."""
+    if not _SLOT.search(command):
         return None
-    parts = _PLACEHOLDER.split(command.lower())
+    parts = _SLOT.split(command.lower())
     return re.compile(".+".join(re.escape(p) for p in parts), re.DOTALL)
 
 
@@ -44,14 +45,18 @@ def project(command: str, admissible: list[str], mode: str = "exact",
             min_similarity: float = 0.9) -> tuple[str, bool]:
     """(command to run, admissible as written) for the model's `command` (already stripped)."""
     lowered = command.lower()
-    literal = [a for a in admissible if _template(a) is None]
-    if lowered in {a.lower() for a in literal}:
-        return command, True
-    if any(t is not None and t.fullmatch(lowered) for t in map(_template, admissible)):
+    literal: list[str] = []
+    for entry in admissible:
+        template = _template(entry)
+        if template is None:
+            literal.append(entry)
+        elif template.fullmatch(lowered):
+            return command, True
+    choices = [a.lower() for a in literal]
+    if lowered in choices:
         return command, True
     if mode == "nearest" and command and literal:
-        best = process.extractOne(lowered, [a.lower() for a in literal], scorer=fuzz.ratio,
-                                  score_cutoff=100 * min_similarity)
+        best = process.extractOne(lowered, choices, scorer=fuzz.ratio, score_cutoff=100 * min_similarity)
         if best is not None:
             return literal[best[2]], False
     return command, False

@@ -132,7 +132,7 @@ class Pool:
         try:
             for i in range(s.worker_count):
                 slot = _Slot(i, uids[i] if uids else None)
-                slot.light = self._spawn(slot, s.preload)
+                slot.light = self._spawn(slot, self._preload_of("light"))
                 self._slots.append(slot)
             self.info_first = self._slots[0].light.info
             allowed = s.allow_unsafe if allow_unsafe is None else allow_unsafe
@@ -157,10 +157,15 @@ class Pool:
                            tmpfs_mb=s.tmpfs_mb, workdir_root=s.workdir_root)
         return ZygoteProcess(cfg)
 
+    def _preload_of(self, which: str) -> str:
+        """Modules a `which` ("light" or "heavy") zygote imports before it forks."""
+        s = self.settings
+        return f"{s.preload},{s.preload_heavy}" if which == "heavy" else s.preload
+
     def _start_heavy(self, slot: _Slot) -> None:
         try:
             if self._heavy_re is not None and not self._closed:
-                heavy = self._spawn(slot, f"{self.settings.preload},{self.settings.preload_heavy}")
+                heavy = self._spawn(slot, self._preload_of("heavy"))
                 if self._closed:  # the pool closed while this zygote was starting
                     heavy.close(timeout_s=0.5)
                 else:
@@ -197,10 +202,7 @@ class Pool:
         try:
             if old is not None:
                 old.close(timeout_s=0.5)
-            preload = self.settings.preload
-            if which == "heavy":
-                preload = f"{preload},{self.settings.preload_heavy}"
-            setattr(slot, which, None if self._closed else self._spawn(slot, preload))
+            setattr(slot, which, None if self._closed else self._spawn(slot, self._preload_of(which)))
             self.respawns += 1
         except WorkerFailure as exc:
             log.error("could not restart the %s zygote of slot %d: %s", which, slot.index, exc)
@@ -256,11 +258,8 @@ class Pool:
         old = getattr(slot, which)
         if old is not None:
             old.kill()
-        preload = self.settings.preload
-        if which == "heavy":
-            preload = f"{preload},{self.settings.preload_heavy}"
         try:
-            setattr(slot, which, self._spawn(slot, preload))
+            setattr(slot, which, self._spawn(slot, self._preload_of(which)))
             self.respawns += 1
         except WorkerFailure as exc:
             log.error("slot %d: cannot restart its %s zygote: %s", slot.index, which, exc)

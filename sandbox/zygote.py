@@ -53,6 +53,7 @@ def importable_paths() -> list[str]:
     paths = [p for p in sys.path if os.path.realpath(p or ".") != project]
     return [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), *paths, package]
 
+
 class Zygote:
     def __init__(self, sock: socket.socket, config: ZygoteConfig):
         self.sock = sock
