@@ -12,21 +12,35 @@ from agents.rollout import Agent
 KNOWN = ("alprl/TIRMath-v0", "alprl/Household-v0", "alprl/WebShop-v0")
 
 
-def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
-    """`env_cfg` has `.id` and `.style` (trainer.config.EnvConfig or any object with those fields)."""
-    if env_cfg.id.startswith("alprl/TIRMath"):
+def agent_class(env_id: str) -> type:
+    """The agent class that formats episodes of `env_id`."""
+    if env_id.startswith("alprl/TIRMath"):
         from agents.tir_agent import TIRAgent
 
-        return TIRAgent(tokenizer, style=env_cfg.style)
-    if env_cfg.id.startswith("alprl/Household"):
+        return TIRAgent
+    if env_id.startswith("alprl/Household"):
         from agents.household_agent import HouseholdAgent
 
-        return HouseholdAgent(tokenizer)
-    if env_cfg.id.startswith("alprl/WebShop"):
+        return HouseholdAgent
+    if env_id.startswith("alprl/WebShop"):
         from agents.webshop_agent import WebShopAgent
 
-        return WebShopAgent(tokenizer)
-    raise ValueError(f"no agent for env {env_cfg.id!r}; known: {', '.join(KNOWN)}")
+        return WebShopAgent
+    raise ValueError(f"no agent for env {env_id!r}; known: {', '.join(KNOWN)}")
+
+
+def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
+    """`env_cfg` has `.id` and `.style` (trainer.config.EnvConfig or any object with those fields)."""
+    cls = agent_class(env_cfg.id)
+    if env_cfg.id.startswith("alprl/TIRMath"):
+        return cls(tokenizer, style=env_cfg.style)
+    return cls(tokenizer)
+
+
+def agent_format(env_id: str) -> str:
+    """Names the text format of `env_id`'s agent ("HouseholdAgent/2"), for cache keys of data built with it."""
+    cls = agent_class(env_id)
+    return f"{cls.__name__}/{cls.format_version}"
 
 
 def wrap_env(env_id: str, env: gym.Env) -> gym.Env:

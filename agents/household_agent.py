@@ -61,6 +61,8 @@ class CommandLineAgent:
     system_prompt = ""
     max_obs_chars = 1200
     """Observations are cut here, on text, so SFT data and rollouts show the model the same thing."""
+    format_version = 1
+    """Bump when the text the model sees or writes changes: SFT caches built with another version are rebuilt."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase):
         self.tokenizer = tokenizer
@@ -121,6 +123,7 @@ class HouseholdAgent(CommandLineAgent):
 
     system_prompt = HOUSEHOLD_SYSTEM_PROMPT
     max_obs_chars = 1200  # a safety cap: StepContext already cuts the env's feedback
+    format_version = 2  # 2: StepContext's "Not visited" line and goal-filtered "Actions"; bump on any change there
 
     def task_text(self, first_obs: str) -> str:
         """The first observation without the TextWorld banner (consumers usually drop it, §2.3)."""

@@ -14,6 +14,9 @@ from envs.tir.styles import get_style
 
 
 class TIRAgent:
+    format_version = 1
+    """Bump when the prompt or observation text changes: SFT caches built with another version are rebuilt."""
+
     def __init__(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir"):
         self.tokenizer = tokenizer
         self.style = get_style(style)

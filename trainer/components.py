@@ -25,6 +25,7 @@ from agents.rollout import Agent, EpisodeSpec, RolloutLimits
 from envs.household.splits import SPLIT_OFFSETS
 from trainer.algorithms import AlgorithmHooks
 from trainer.config import ConfigError, TrainConfig
+from trainer.sft_cache import check_warm_start
 
 TRAIN_INDICES = range(1_500, 101_500)  # RL draws train tasks here (the train split starts at global index 1500)
 
@@ -68,6 +69,7 @@ def policy_path(cfg: TrainConfig) -> str:
     path = cfg.model.path or cfg.sft.output_dir
     if not Path(path).expanduser().exists() and not cfg.model.path:
         raise FileNotFoundError(f"no warm-start model at {path}: run `alprl sft` first or set model.path=<dir>")
+    check_warm_start(cfg)
     return path
 
 

@@ -14,14 +14,12 @@ are kept whole for SFT, but a warning names the share RL and evaluation will cut
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -32,10 +30,8 @@ from agents.rollout import Agent
 from trainer.config import TrainConfig
 from trainer.experts import ExpertEpisode, expert_player, system_prompt
 from trainer.progress import progress_bar
+from trainer.sft_cache import META_FILE, sft_fingerprint, sft_inputs
 
-META_FILE = "sft_meta.json"
-RL_ONLY_ENV_KEYS = ("sandbox_url", "run_timeout_s", "mask_void_turns", "action_projection",
-                    "projection_min_similarity", "invalid_action_penalty")  # the expert's data does not depend on them
 OVER_BUDGET_WARN_FRAC = 0.02  # warn when more expert episodes than this exceed the RL response budget
 log = logging.getLogger(__name__)
 
@@ -73,15 +69,6 @@ def length_report(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> 
             "expert_over_response_budget": round(over, 4)}
 
 
-def sft_fingerprint(cfg: TrainConfig) -> str:
-    # Everything that changes what the expert plays or how it errs (not where code runs or how RL masks turns).
-    env = {k: v for k, v in asdict(cfg.env).items() if k not in RL_ONLY_ENV_KEYS}
-    keys = {"sft": asdict(cfg.sft), "model": asdict(cfg.model), "env": env, "seed": cfg.seed,
-            "max_obs_tokens": cfg.rollout.max_obs_tokens}  # observations are cut in the SFT data too
-    keys["sft"].pop("output_dir")
-    return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def collect_expert_data(cfg: TrainConfig, show_progress: bool = True) -> list[ExpertEpisode]:
     with ThreadPoolExecutor(max_workers=4) as pool, \
             progress_bar("expert episodes", cfg.sft.num_examples, enabled=show_progress) as bar:
@@ -117,7 +104,7 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress)
     t2 = time.monotonic()
     save_pretrained(model, tokenizer, out)
-    meta = {"fingerprint": fingerprint, "num_examples": len(data), "final_loss": losses[-1],
+    meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
             "expert_success": sum(ep.reward for ep in episodes) / len(episodes),
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "expert_data_seconds": round(t1 - t0, 1), "train_seconds": round(t2 - t1, 1), **lengths}

@@ -50,15 +50,20 @@ def test_cli_dry_run_prints_resolved_config(capsys):
     assert '"lr": 0.01' in out and '"name": "grpo"' in out
 
 
-def test_sft_cache_key_follows_what_the_expert_plays():
-    from trainer.sft import sft_fingerprint
+def test_sft_cache_key_follows_what_the_expert_plays(monkeypatch):
+    from agents.household_agent import HouseholdAgent
+    from trainer.sft_cache import sft_fingerprint
 
     base = sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0"]))
     for changed in (["env.expert_epsilon=0.3"], ["env.max_steps=7"], ["sft.lr=1e-4"], ["model.num_layers=3"],
                     ["rollout.max_obs_tokens=17"]):
         assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0", *changed])) != base, changed
-    for same in (["env.sandbox_url=http://127.0.0.1:1"], ["rollout.engine=hf"], ["optim.lr=1e-5"]):
+    for same in (["env.sandbox_url=http://127.0.0.1:1"], ["rollout.engine=hf"], ["optim.lr=1e-5"],
+                 ["model.path=/elsewhere"], ["sft.output_dir=/elsewhere"]):
         assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0", *same])) == base, same
+    # a new text format (what the agent shows the model) invalidates warm starts built with the old one
+    monkeypatch.setattr(HouseholdAgent, "format_version", HouseholdAgent.format_version + 1)
+    assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0"])) != base
 
 
 def test_config_files_load_by_path_or_by_name_in_configs():

@@ -92,6 +92,16 @@ def _params(model_dir):
     return {k: v.clone() for k, v in model.named_parameters()}
 
 
+def test_train_refuses_a_warm_start_built_for_another_config(tmp_path, sft_dir):
+    """The SFT cache in sft.output_dir was built with SMALL; training with another env setting names the key and
+    the way out; model.path starts from the same directory on purpose."""
+    with pytest.raises(ValueError, match=r"built for another config \(env.max_turns: 3 there, 2 here\).*"
+                                         r"model.path="):
+        build_components(_cfg(tmp_path, sft_dir, "env.max_turns=2"))
+    c = build_components(_cfg(tmp_path, sft_dir, "env.max_turns=2", f"model.path={sft_dir}"))
+    c.close()
+
+
 def test_two_steps_change_every_parameter(tmp_path, sft_dir):
     # The smoke model's rewards are mostly 0 (zero advantages, no policy gradient), so a small entropy
     # bonus guarantees a gradient: the test is about every parameter being wired into the optimizer.

@@ -1,0 +1,58 @@
+"""The SFT warm start's cache key: what the expert data and the model depend on, and the check that `alprl train`
+starts from a warm start built for its own config."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from agents.agent_factory import agent_format
+from trainer.config import TrainConfig
+
+META_FILE = "sft_meta.json"
+RL_ONLY_ENV_KEYS = ("sandbox_url", "run_timeout_s", "mask_void_turns", "action_projection",
+                    "projection_min_similarity", "invalid_action_penalty")  # the expert's data does not depend on them
+
+
+def sft_inputs(cfg: TrainConfig) -> dict:
+    """Everything that changes what the expert plays, how it errs and how the model sees it (not where code runs
+    or how RL masks turns): the SFT cache key, stored in sft_meta.json so a mismatch can name its keys."""
+    env = {k: v for k, v in asdict(cfg.env).items() if k not in RL_ONLY_ENV_KEYS}
+    model = {k: v for k, v in asdict(cfg.model).items() if k != "path"}
+    sft = {k: v for k, v in asdict(cfg.sft).items() if k != "output_dir"}
+    return {"sft": sft, "model": model, "env": env, "seed": cfg.seed,
+            "max_obs_tokens": cfg.rollout.max_obs_tokens,  # observations are cut in the SFT data too
+            "agent_format": agent_format(cfg.env.id)}
+
+
+def sft_fingerprint(cfg: TrainConfig) -> str:
+    return hashlib.sha256(json.dumps(sft_inputs(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def check_warm_start(cfg: TrainConfig) -> None:
+    """Raise if the SFT model in `sft.output_dir` was built for another config than `cfg` (a stale cache would
+    train a model on text it never saw). `model.path` skips the check: the user chose that model."""
+    meta_path = Path(cfg.sft.output_dir) / META_FILE
+    if cfg.model.path or not meta_path.exists():
+        return
+    meta = json.loads(meta_path.read_text())
+    if meta.get("fingerprint") == sft_fingerprint(cfg):
+        return
+    if "inputs" in meta:
+        now, then = _flatten(sft_inputs(cfg)), _flatten(meta["inputs"])
+        diff = ", ".join(f"{k}: {then.get(k)!r} there, {now.get(k)!r} here"
+                         for k in sorted(now.keys() | then.keys()) if now.get(k) != then.get(k))
+    else:
+        diff = "it was built by an older alprl that did not record its inputs"
+    raise ValueError(f"the SFT warm start in {cfg.sft.output_dir} was built for another config ({diff}). "
+                     f"Rebuild it with `alprl sft` and the same --config and overrides, or set "
+                     f"model.path={cfg.sft.output_dir} to start from it anyway")
