@@ -296,11 +296,15 @@ class VLLMEngine:
 
     def _params(self, req: GenerationRequest, max_tokens: int, greedy: bool, seed: int | None) -> Any:
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
+        # FINAL_ONLY: we read finished requests only; the default (cumulative) rebuilds every running request's
+        # token and log-prob lists at each engine step, quadratic in the turn length (1.18x tokens/s here).
         return SamplingParams(n=1, max_tokens=max_tokens, temperature=0.0 if greedy else self.temperature,
                               top_p=1.0 if greedy else self.top_p, seed=None if greedy else seed, logprobs=0,
                               stop=list(req.stop_strings) or None, include_stop_str_in_output=True,
-                              skip_special_tokens=False, spaces_between_special_tokens=False)
+                              skip_special_tokens=False, spaces_between_special_tokens=False,
+                              output_kind=RequestOutputKind.FINAL_ONLY)
 
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
                  seed: Seed = None) -> list[GenerationResult]:
