@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 from trainer.config import ConfigError, TrainConfig, algorithm_presets, build_config, field_docs, to_dict
@@ -136,8 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(args, cfg)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_command(args: argparse.Namespace, cfg: TrainConfig) -> int:
     show = not args.no_progress
+    # `kill`, `timeout` and schedulers send SIGTERM, which by default ends Python without running `finally` or
+    # atexit: the vLLM engine-core and worker processes were left running (holding a GPU's memory). As
+    # SystemExit, the run's cleanup closes the engine, the sandbox pool and the logs.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-load "Loading weights" bars would drown our own progress bars
