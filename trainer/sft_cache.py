@@ -48,7 +48,7 @@ def check_warm_start(cfg: TrainConfig) -> None:
     if meta.get("fingerprint") == sft_fingerprint(cfg):
         return
     if "inputs" in meta:
-        now, then = _flatten(sft_inputs(cfg)), _flatten(meta["inputs"])
+        now, then = _flatten(json.loads(json.dumps(sft_inputs(cfg)))), _flatten(meta["inputs"])  # tuples as lists
         diff = ", ".join(f"{k}: {then.get(k)!r} there, {now.get(k)!r} here"
                          for k in sorted(now.keys() | then.keys()) if now.get(k) != then.get(k))
     else:
