@@ -12,6 +12,9 @@ average over problems (every problem weighs the same, however many samples it ha
 - maj@k: majority vote over the extracted answers of a problem's first k samples; the problem counts as
   solved if the winning answer's samples are correct. Empty answers do not vote; ties go to the answer
   seen first.
+- paired difference: two evaluations of the same problems (e.g. the SFT start and a later step): the mean of
+  the per-problem change in avg@n, with a bootstrap interval over problems; pairing cancels how hard each
+  problem is, so it resolves smaller changes than two independent intervals.
 """
 
 from __future__ import annotations
@@ -90,6 +93,25 @@ def bootstrap_ci(values: Sequence[float], *, n_boot: int = 1000, alpha: float = 
     lo = means[int(math.floor(alpha / 2 * (n_boot - 1)))]
     hi = means[int(math.ceil((1 - alpha / 2) * (n_boot - 1)))]
     return lo, hi
+
+
+def paired_difference(before: Sequence[Record], after: Sequence[Record], *, success_key: str = "won",
+                      problem_key: str = "index", n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Change of per-problem mean success from `before` to `after` over the problems both evaluated: keys
+    `before`, `after`, `diff` (= after − before) and its 95% bootstrap interval `diff_ci_lo/_hi`, `problems`."""
+    mean_before = {p: avg_at_k([float(r[success_key]) for r in g])
+                   for p, g in group_by_problem(before, problem_key).items()}
+    mean_after = {p: avg_at_k([float(r[success_key]) for r in g])
+                  for p, g in group_by_problem(after, problem_key).items()}
+    shared = sorted(mean_before.keys() & mean_after.keys(), key=str)
+    if not shared:
+        raise ValueError("paired_difference: the two evaluations share no problem; evaluate the same tasks "
+                         "(same seed and eval_tasks)")
+    diffs = [mean_after[p] - mean_before[p] for p in shared]
+    lo, hi = bootstrap_ci(diffs, n_boot=n_boot, seed=seed)
+    return {"before": statistics.fmean(mean_before[p] for p in shared),
+            "after": statistics.fmean(mean_after[p] for p in shared),
+            "diff": statistics.fmean(diffs), "diff_ci_lo": lo, "diff_ci_hi": hi, "problems": float(len(shared))}
 
 
 def sample_metrics(records: Sequence[Record], ks: Sequence[int] = (1,), *, success_key: str = "won",

@@ -1,7 +1,9 @@
 """Run report: `<run>/report.html` with matplotlib PNG plots embedded (base64) and a JSON summary.
 
-Reads `<run>/metrics.jsonl` (one record per step; step 0 holds the pre-RL evaluation) and an optional
-`<run>/summary.json`. Works on any run directory, so `alprl report <run>` regenerates it.
+Reads `<run>/metrics.jsonl` (one record per step; step 0 holds the pre-RL evaluation), an optional
+`<run>/summary.json` and the per-episode evaluation records `<run>/eval/step_<N>.jsonl`: each later evaluation is
+compared with the first on the same tasks (`paired_difference`). Works on any run directory, so
+`alprl report <run>` regenerates it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from evaluation.metrics import paired_difference  # noqa: E402
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -67,6 +71,26 @@ PLOTS = [
 ]
 
 
+def eval_changes(run: Path) -> list[tuple[int, int, dict[str, float]]]:
+    """(first step, later step, paired_difference) for every evaluation after the run's first one."""
+    files = sorted(run.glob("eval/step_*.jsonl"), key=lambda f: int(f.stem.removeprefix("step_")))
+    if len(files) < 2:
+        return []
+    first = read_jsonl(files[0])
+    step = int(files[0].stem.removeprefix("step_"))
+    return [(step, int(f.stem.removeprefix("step_")), paired_difference(first, read_jsonl(f))) for f in files[1:]]
+
+
+def _changes_table(changes: list[tuple[int, int, dict[str, float]]]) -> str:
+    head = (f"<tr><th>step</th><th>held-out success</th><th>change vs step {changes[0][0]}</th>"
+            "<th>95% interval</th><th>tasks</th></tr>")
+    rows = "".join(f"<tr><td>{step}</td><td>{d['before']:.3f} &rarr; {d['after']:.3f}</td>"
+                   f"<td>{d['diff']:+.3f}</td><td>[{d['diff_ci_lo']:+.3f}, {d['diff_ci_hi']:+.3f}]</td>"
+                   f"<td>{int(d['problems'])}</td></tr>" for _, step, d in changes)
+    return ("<h2>Held-out change</h2><p>Each evaluation against the first one on the same tasks (mean per-task "
+            "change, bootstrap interval over tasks).</p>" f"<table>{head}{rows}</table>")
+
+
 def write_report(run_dir: str | Path, title: str = "alprl run report") -> Path:
     """Render `<run>/report.html` from the run's metrics; returns its path."""
     run = Path(run_dir)
@@ -80,6 +104,9 @@ def write_report(run_dir: str | Path, title: str = "alprl run report") -> Path:
         rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>"
                        for k, v in summary.items())
         parts.append(f"<h2>Summary</h2><table>{rows}</table>")
+    changes = eval_changes(run)
+    if changes:
+        parts.append(_changes_table(changes))
     for keys, plot_title, ylabel in PLOTS:
         image = plot_lines(records, keys, plot_title, ylabel)
         if image:

@@ -12,6 +12,7 @@ from evaluation.metrics import (
     flatten,
     maj_at_k,
     majority_answer,
+    paired_difference,
     pass_at_k,
     sample_metrics,
 )
@@ -111,3 +112,18 @@ def test_bootstrap_interval_brackets_the_mean_and_is_seeded():
     m = sample_metrics(_records(), ks=(1,), ci=True)
     assert m["avg@4_ci_lo"] <= m["avg@4"] <= m["avg@4_ci_hi"]
     assert math.isfinite(m["avg@4_ci_lo"])
+
+
+def test_paired_difference_over_shared_problems():
+    # 40 problems, 2 samples each; `after` solves 4 more problems fully; problem 99 exists only in `after`
+    before = [{"index": p, "won": p < 10} for p in range(40) for _ in range(2)]
+    after = [{"index": p, "won": p < 14} for p in range(40) for _ in range(2)] + [{"index": 99, "won": True}]
+    d = paired_difference(before, after)
+    assert d["problems"] == 40 and d["before"] == 0.25 and d["after"] == 0.35
+    assert d["diff"] == pytest.approx(0.1) and 0 < d["diff_ci_lo"] <= d["diff"] <= d["diff_ci_hi"]
+    # the same success rate on other problems: no mean change, and the interval says so
+    shuffled = [{"index": p, "won": 30 <= p} for p in range(40) for _ in range(2)]
+    d = paired_difference(before, shuffled)
+    assert d["diff"] == 0 and d["diff_ci_lo"] < 0 < d["diff_ci_hi"]
+    with pytest.raises(ValueError, match="share no problem"):
+        paired_difference(before, [{"index": 99, "won": True}])
