@@ -71,22 +71,40 @@ PLOTS = [
 ]
 
 
-def eval_changes(run: Path) -> list[tuple[int, int, dict[str, float]]]:
-    """(first step, later step, paired_difference) for every evaluation after the run's first one."""
+def eval_changes(run: Path, key: str = "won") -> list[tuple[int, int, dict[str, float]]]:
+    """(first step, later step, paired_difference of `key`) for every evaluation after the run's first one; empty
+    when there is none or the records do not carry `key`."""
     files = sorted(run.glob("eval/step_*.jsonl"), key=lambda f: int(f.stem.removeprefix("step_")))
     if len(files) < 2:
         return []
     first = read_jsonl(files[0])
+    if any(key not in r for r in first):
+        return []
     step = int(files[0].stem.removeprefix("step_"))
-    return [(step, int(f.stem.removeprefix("step_")), paired_difference(first, read_jsonl(f))) for f in files[1:]]
+    return [(step, int(f.stem.removeprefix("step_")), paired_difference(first, read_jsonl(f), success_key=key))
+            for f in files[1:]]
 
 
-def _changes_table(changes: list[tuple[int, int, dict[str, float]]]) -> str:
-    head = (f"<tr><th>step</th><th>held-out success</th><th>change vs step {changes[0][0]}</th>"
-            "<th>95% interval</th><th>tasks</th></tr>")
-    rows = "".join(f"<tr><td>{step}</td><td>{d['before']:.3f} &rarr; {d['after']:.3f}</td>"
-                   f"<td>{d['diff']:+.3f}</td><td>[{d['diff_ci_lo']:+.3f}, {d['diff_ci_hi']:+.3f}]</td>"
-                   f"<td>{int(d['problems'])}</td></tr>" for _, step, d in changes)
+def _changes_table(run: Path) -> str:
+    """Success changes, and reward changes where rewards are not just success (WebShop's score)."""
+    success = eval_changes(run)
+    if not success:
+        return ""
+    reward = eval_changes(run, "reward")
+    show_reward = len(reward) == len(success) and any(
+        abs(r["after"] - s["after"]) > 1e-9 or abs(r["before"] - s["before"]) > 1e-9
+        for (_, _, s), (_, _, r) in zip(success, reward, strict=True))
+    cells = (("held-out success", success),) + ((("mean reward", reward),) if show_reward else ())
+    head = "<tr><th>step</th><th>tasks</th>" + "".join(
+        f"<th>{name}</th><th>change vs step {success[0][0]}</th><th>95% interval</th>" for name, _ in cells) + "</tr>"
+    rows = ""
+    for i, (_, step, d0) in enumerate(success):
+        rows += f"<tr><td>{step}</td><td>{int(d0['problems'])}</td>"
+        for _, changes in cells:
+            d = changes[i][2]
+            rows += (f"<td>{d['before']:.3f} &rarr; {d['after']:.3f}</td><td>{d['diff']:+.3f}</td>"
+                     f"<td>[{d['diff_ci_lo']:+.3f}, {d['diff_ci_hi']:+.3f}]</td>")
+        rows += "</tr>"
     return ("<h2>Held-out change</h2><p>Each evaluation against the first one on the same tasks (mean per-task "
             "change, bootstrap interval over tasks).</p>" f"<table>{head}{rows}</table>")
 
@@ -104,9 +122,7 @@ def write_report(run_dir: str | Path, title: str = "alprl run report") -> Path:
         rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>"
                        for k, v in summary.items())
         parts.append(f"<h2>Summary</h2><table>{rows}</table>")
-    changes = eval_changes(run)
-    if changes:
-        parts.append(_changes_table(changes))
+    parts.append(_changes_table(run))
     for keys, plot_title, ylabel in PLOTS:
         image = plot_lines(records, keys, plot_title, ylabel)
         if image:

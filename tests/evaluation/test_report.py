@@ -26,7 +26,17 @@ def test_report_compares_each_evaluation_with_the_first_on_the_same_tasks(tmp_pa
         == pytest.approx(0.1)
     page = write_report(tmp_path).read_text()
     assert "<h2>Held-out change</h2>" in page and "0.250 &rarr; 0.350" in page and "+0.100" in page
-    assert "data:image/png;base64," in page
+    assert "data:image/png;base64," in page and "mean reward" not in page  # records without a reward
+
+
+def test_report_shows_reward_changes_when_rewards_are_scores(tmp_path):
+    """WebShop-like records: partial scores move while success does not."""
+    _write_jsonl(tmp_path / "metrics.jsonl", [{"step": 0, "eval/success": 0.0}, {"step": 5, "eval/success": 0.0}])
+    _write_jsonl(tmp_path / "eval" / "step_0.jsonl", [{"index": p, "won": False, "reward": 0.2} for p in range(30)])
+    _write_jsonl(tmp_path / "eval" / "step_5.jsonl", [{"index": p, "won": False, "reward": 0.5} for p in range(30)])
+    page = write_report(tmp_path).read_text()
+    assert "mean reward" in page and "0.200 &rarr; 0.500" in page and "+0.300" in page
+    assert "0.000 &rarr; 0.000" in page
 
 
 def test_report_without_two_evaluations_has_no_change_table(tmp_path):
