@@ -71,17 +71,20 @@ PLOTS = [
 ]
 
 
+def _step_of(eval_file: Path) -> int:
+    return int(eval_file.stem.removeprefix("step_"))
+
+
 def eval_changes(run: Path, key: str = "won") -> list[tuple[int, int, dict[str, float]]]:
     """(first step, later step, paired_difference of `key`) for every evaluation after the run's first one; empty
     when there is none or the records do not carry `key`."""
-    files = sorted(run.glob("eval/step_*.jsonl"), key=lambda f: int(f.stem.removeprefix("step_")))
+    files = sorted(run.glob("eval/step_*.jsonl"), key=_step_of)
     if len(files) < 2:
         return []
     first = read_jsonl(files[0])
     if any(key not in r for r in first):
         return []
-    step = int(files[0].stem.removeprefix("step_"))
-    return [(step, int(f.stem.removeprefix("step_")), paired_difference(first, read_jsonl(f), success_key=key))
+    return [(_step_of(files[0]), _step_of(f), paired_difference(first, read_jsonl(f), success_key=key))
             for f in files[1:]]
 
 

@@ -141,10 +141,11 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig,
 
 
 def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: int | None = None) -> Components:
-    model, tokenizer = load_model_and_tokenizer(init_from or policy_path(cfg))
+    start = init_from or policy_path(cfg)  # checks the warm start once
+    model, tokenizer = load_model_and_tokenizer(start)
     model.train()
     r = cfg.rollout
-    engine = make_engine(r.engine, model, tokenizer, model_path=init_from or policy_path(cfg), dtype=r.dtype,
+    engine = make_engine(r.engine, model, tokenizer, model_path=start, dtype=r.dtype,
                          temperature=r.temperature, top_p=r.top_p, seed=cfg.seed, schedule=r.schedule,
                          gpu_memory_utilization=r.gpu_memory_utilization,
                          tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
