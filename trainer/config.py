@@ -70,6 +70,10 @@ class EnvConfig:
     index) order, the order of the household agent's "Not visited" line)."""
     expert_wrong_option_p: float = 0.1
     """WebShop SFT data: probability that the imperfect expert picks a wrong value for an option group."""
+    expert_privileged: bool = False
+    """Household/WebShop SFT data: the expert knows the hidden state (where objects lie; the target product) instead
+    of reading the pages. A model cannot imitate choices it cannot see the reason for: the privileged WebShop
+    expert's SFT start reached 2% success, the reader's (default) see configs/webshop_tiny.yaml."""
     num_products: int = 1000
     """WebShop: products in the generated catalog (WebShop's small set has 1,000)."""
     max_steps: int = 0

@@ -83,17 +83,17 @@ def _sft_reset(env: gym.Env, index: int) -> str:
 
 
 def play_household_expert(cfg: TrainConfig, index: int) -> ExpertEpisode:
-    """One imperfect household episode (reference/environments.md §5): the non-privileged expert explores unseen
-    receptacles in random order (or `env.expert_search: ordered`) and takes a random admissible command with
-    probability `env.expert_epsilon`."""
+    """One imperfect household episode (reference/environments.md §5): the non-privileged expert (unless
+    `env.expert_privileged`) explores unseen receptacles in random order (or `env.expert_search: ordered`) and
+    takes a random admissible command with probability `env.expert_epsilon`."""
     env = make_env(cfg)
     try:
         question = _sft_reset(env, index)
         rng = random.Random(cfg.seed * 7919 + index)
 
         def act() -> str:
-            return household_expert(env, rng=rng, epsilon=cfg.env.expert_epsilon, privileged=False,
-                                    search=cfg.env.expert_search)
+            return household_expert(env, rng=rng, epsilon=cfg.env.expert_epsilon,
+                                    privileged=cfg.env.expert_privileged, search=cfg.env.expert_search)
 
         return _play_commands(env, question, act, lambda command, page: command)
     finally:
@@ -111,8 +111,9 @@ def clicked_as_shown(action: str, page: str) -> str:
 
 
 def play_webshop_expert(cfg: TrainConfig, index: int) -> ExpertEpisode:
-    """One imperfect WebShop episode: random admissible actions with probability `env.expert_epsilon` and a
-    wrong option value with probability `env.expert_wrong_option_p` (reference/environments.md §5)."""
+    """One imperfect WebShop episode (reference/environments.md §5): the page reader (the oracle with
+    `env.expert_privileged`), random admissible actions with probability `env.expert_epsilon` and a wrong option
+    value with probability `env.expert_wrong_option_p`."""
     env = make_env(cfg)
     try:
         question = _sft_reset(env, index)
@@ -120,7 +121,7 @@ def play_webshop_expert(cfg: TrainConfig, index: int) -> ExpertEpisode:
 
         def act() -> str:
             return webshop_expert(env, rng=rng, epsilon=cfg.env.expert_epsilon,
-                                  wrong_option_p=cfg.env.expert_wrong_option_p)
+                                  wrong_option_p=cfg.env.expert_wrong_option_p, privileged=cfg.env.expert_privileged)
 
         return _play_commands(env, question, act, clicked_as_shown)
     finally:

@@ -98,3 +98,9 @@ def sample_goal(rng: random.Random, catalog: Catalog, style: str = "synthetic", 
         if get_reward(p, goal, p.price, goal.goal_options)[0] == 1.0:
             return goal
     raise RuntimeError(f"webshop goal generator found no reachable goal in {MAX_TRIES} tries")
+
+
+def instruction_query(goal: Goal) -> str:
+    """The instruction's words from its attributes to the product type, as written ("a, b and c {query}"): the
+    search a reader of the instruction can copy (the same words as `expert_query`, in the instruction's order)."""
+    return f"{_and(list(goal.attributes))} {goal.query}"

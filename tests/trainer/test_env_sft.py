@@ -15,6 +15,7 @@ import pytest
 from agents.agent_factory import make_agent
 from agents.models import train_tokenizer
 from agents.rollout import RolloutLimits, run_episodes
+from envs.webshop.goals import instruction_query
 from evaluation.evaluate import evaluation_records
 from trainer.components import build_components, env_kwargs, episode_specs, make_env
 from trainer.config import CONFIG_DIR, build_config
@@ -95,6 +96,22 @@ def test_tiny_config_expert_leaves_headroom(env_id):
     cfg = build_config(CONFIG_DIR / TINY[env_id])
     wins = [ep.reward == 1.0 for ep in _episodes(cfg, 60)]
     assert 0.4 <= statistics.fmean(wins) <= 0.95
+
+
+def test_webshop_sft_expert_reads_the_pages_unless_privileged():
+    """By default the SFT expert searches the instruction's words as written and opens results in rank order; the
+    oracle (`env.expert_privileged`) searches with the target's type first and opens the target."""
+    exact = ["env.expert_epsilon=0", "env.expert_wrong_option_p=0"]
+    reader = build_config(CONFIG_DIR / TINY["alprl/WebShop-v0"], exact)
+    oracle = build_config(CONFIG_DIR / TINY["alprl/WebShop-v0"], exact + ["env.expert_privileged=true"])
+    env = make_env(reader)
+    for i, (r, o) in enumerate(zip(_episodes(reader, 8), _episodes(oracle, 8), strict=True)):
+        env.reset(seed=i, options={"split": "train", "index": SFT_INDEX_OFFSET + i})
+        goal = env.unwrapped.shop.goal
+        assert r.turns[0] == f"search[{instruction_query(goal)}]\n" and o.turns[0] == f"search[{goal.expert_query}]\n"
+        assert o.reward == 1.0 and f"click[{goal.asin}]\n" in o.turns
+        first = env.unwrapped.catalog.index.search(instruction_query(goal), 1)[0]
+        assert r.turns[1] == f"click[{env.unwrapped.catalog.products[first].asin}]\n"
 
 
 def test_clicks_are_written_as_shown_on_the_page():
