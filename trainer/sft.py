@@ -2,7 +2,8 @@
 
 Pipeline: expert turns are played through the real env (real sandbox) so observations are exactly what
 RL will show → a tokenizer is trained on that corpus → the tiny Qwen2 model is built → trained with
-cross-entropy on the assistant tokens only (observation tokens masked, as in RL) → saved in HF format.
+cross-entropy on the assistant tokens only (observation tokens masked, as in RL) → saved in HF format. The loss
+and learning rate of every optimizer step go to `metrics.jsonl` and `tensorboard/` beside the model (as a run's).
 The expert is imperfect on purpose (`p_skip_tool` guesses without the tool, `p_wrong_copy` miscopies the
 result), so the SFT policy has headroom that RL can recover.
 
@@ -29,6 +30,7 @@ from agents.models import build_tiny_model, save_pretrained, train_tokenizer
 from agents.rollout import Agent
 from trainer.config import TrainConfig
 from trainer.experts import ExpertEpisode, expert_player, system_prompt
+from trainer.logger import MetricLogger
 from trainer.progress import progress_bar
 from trainer.sft_cache import META_FILE, sft_fingerprint, sft_inputs
 
@@ -101,7 +103,11 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     data = [episode_tokens(agent, ep, eos, cfg.rollout.max_obs_tokens) for ep in episodes]
     lengths = length_report(data, cfg)
-    losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress)
+    logger = MetricLogger(out)
+    try:
+        losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress, logger)
+    finally:
+        logger.close()
     t2 = time.monotonic()
     save_pretrained(model, tokenizer, out)
     meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
@@ -113,8 +119,9 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
 
 
 def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[int]]], cfg: TrainConfig,
-                       pad_id: int, show_progress: bool = True) -> list[float]:
-    """Masked next-token cross-entropy, AdamW, warm-up then cosine decay to 10%; returns per-step losses.
+                       pad_id: int, show_progress: bool = True, logger: MetricLogger | None = None) -> list[float]:
+    """Masked next-token cross-entropy, AdamW, warm-up then cosine decay to 10%; returns per-step losses (and
+    logs sft/loss, sft/lr, sft/epoch and sft/tokens, the assistant tokens of the batch, to `logger` if given).
 
     The floor matters for tiny models: copying numbers (induction) appears abruptly after a few hundred
     steps, and a schedule that has already decayed to ~0 by then never gets there.
@@ -128,7 +135,7 @@ def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[
     model.train()
     losses = []
     with progress_bar("SFT", total, enabled=show_progress) as bar:
-        for _ in range(cfg.sft.epochs):
+        for epoch in range(cfg.sft.epochs):
             order = list(range(len(data)))
             rng.shuffle(order)
             for start in range(0, len(order), cfg.sft.batch_size):
@@ -140,9 +147,13 @@ def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                lr = optimizer.param_groups[0]["lr"]
                 optimizer.step()
                 schedule.step()
                 losses.append(loss.item())
+                if logger is not None:
+                    logger.log(len(losses), {"sft/loss": losses[-1], "sft/lr": lr, "sft/epoch": float(epoch),
+                                             "sft/tokens": float(target_mask.sum())})
                 bar.advance(loss=loss.item())
     model.eval()
     return losses

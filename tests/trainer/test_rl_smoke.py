@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from agents.engines.base import GenerationRequest
 from agents.rollout import RolloutLimits, run_episodes
 from trainer.components import build_components, episode_specs
 from trainer.config import build_config
+from trainer.logger import read_metrics
 from trainer.loop import train, train_step
 from trainer.sft import run_sft
 
@@ -37,6 +40,17 @@ def sft_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("sft")
     cfg = build_config(None, SMALL + [f"sft.output_dir={out}"])
     return run_sft(cfg, show_progress=False)
+
+
+def test_sft_logs_every_step_beside_the_model(sft_dir):
+    records = read_metrics(sft_dir)
+    assert [r["step"] for r in records] == list(range(1, 4 * 38 + 1))  # ceil(600 / 16) steps x 4 epochs
+    losses = [r["sft/loss"] for r in records]
+    assert all(math.isfinite(x) for x in losses) and statistics.fmean(losses[-10:]) < 0.5 * losses[0]
+    assert records[0]["sft/lr"] < records[29]["sft/lr"]  # warm-up over 30 steps
+    assert {r["sft/epoch"] for r in records} == {0.0, 1.0, 2.0, 3.0} and records[0]["sft/tokens"] > 0
+    assert json.loads((sft_dir / "sft_meta.json").read_text())["final_loss"] == losses[-1]
+    assert any((sft_dir / "tensorboard").iterdir())
 
 
 def _cfg(tmp_path, sft_dir, *extra):
