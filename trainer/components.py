@@ -6,6 +6,7 @@ from (seed, split, step) so resumed runs replay the same tasks.
 
 from __future__ import annotations
 
+import logging
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from trainer.algorithms import AlgorithmHooks
 from trainer.config import ConfigError, TrainConfig
 from trainer.sft_cache import check_warm_start
 
+log = logging.getLogger(__name__)
 TRAIN_INDICES = range(1_500, 101_500)  # RL draws train tasks here (the train split starts at global index 1500)
 
 
@@ -151,6 +153,11 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                          tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
                          kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None,
                          enable_sleep_mode=r.enable_sleep_mode)
+    if engine.max_model_len <= r.max_response_tokens:
+        log.warning("the model's context (%d tokens, from %s) cannot hold a prompt plus rollout.max_response_tokens="
+                    "%d: episodes end when the context is full. Lower rollout.max_response_tokens, or rebuild the "
+                    "SFT model (`alprl sft --force`), which sizes its context to the budget",
+                    engine.max_model_len, start, r.max_response_tokens)
     n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size
     perturbation = build_perturbation(model, cfg)
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),

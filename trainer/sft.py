@@ -82,6 +82,16 @@ def collect_expert_data(cfg: TrainConfig, show_progress: bool = True) -> list[Ex
     return episodes
 
 
+def model_context(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> int:
+    """The tiny model's context (`max_position_embeddings`, which vLLM enforces): the smallest power of two, at
+    least 1,024, that holds every SFT sequence and the longest prompt plus the RL response budget. (A fixed 1,024
+    once cut WebShop and household rollouts short: a turn whose context was full got no tokens.)"""
+    longest = max(len(ids) for ids, _ in data)
+    prompt = max(mask.index(1) for _, mask in data if 1 in mask)
+    need = max(longest, prompt + cfg.rollout.max_response_tokens)
+    return max(1024, 1 << (need - 1).bit_length())
+
+
 def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False) -> Path:
     """Build + train the warm-start model into `cfg.sft.output_dir` (reused if its fingerprint matches)."""
     out = Path(cfg.sft.output_dir)
@@ -96,13 +106,15 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     corpus = [system_prompt(cfg)] + [ep.question for ep in episodes]
     corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
     tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
-    model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
-                             num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
-                             intermediate_size=cfg.model.intermediate_size, seed=cfg.seed)
     agent = make_agent(cfg.env, tokenizer)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     data = [episode_tokens(agent, ep, eos, cfg.rollout.max_obs_tokens) for ep in episodes]
     lengths = length_report(data, cfg)
+    context = model_context(data, cfg)
+    model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
+                             num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
+                             intermediate_size=cfg.model.intermediate_size, max_position_embeddings=context,
+                             seed=cfg.seed)
     logger = MetricLogger(out)
     try:
         losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress, logger)
@@ -113,7 +125,8 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
             "expert_success": sum(ep.reward for ep in episodes) / len(episodes),
             "num_parameters": sum(p.numel() for p in model.parameters()),
-            "expert_data_seconds": round(t1 - t0, 1), "train_seconds": round(t2 - t1, 1), **lengths}
+            "expert_data_seconds": round(t1 - t0, 1), "train_seconds": round(t2 - t1, 1), "context": context,
+            **lengths}
     meta_path.write_text(json.dumps(meta, indent=2))
     return out
 

@@ -41,6 +41,9 @@ class Engine(Protocol):
     engine also has `submit(requests, greedy=, seed=) -> list[Future]`, which the overlapped rollout uses."""
     overlap_episodes: bool
     """`run_episodes`' default schedule for this engine: overlapped (True) or turn by turn."""
+    max_model_len: int
+    """The longest prompt + response in tokens. A request is cut to fit it (finish reason "length"); a prompt
+    that fills it gets no tokens, which ends its episode (agents/rollout.py)."""
 
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
                  seed: Seed = None) -> list[GenerationResult]: ...

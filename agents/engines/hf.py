@@ -66,6 +66,8 @@ class HFEngine:
         eos = eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id]
         self.eos_token_ids = [e for e in eos if e is not None]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+        # The model's context, as vLLM derives it: both engines cut a request at the same length.
+        self.max_model_len = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
         # transformers ≥ 5.2x names the KV-cache argument `cache`; older releases `past_key_values`.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -102,8 +104,9 @@ class HFEngine:
                  seed: Seed = None) -> list[GenerationResult]:
         """One batched call; a per-request seed list seeds the batch's one generator (reproducible for the same
         batch, unlike vLLM's per-request generators)."""
-        if not requests:
-            return []
+        budgets = [min(r.max_new_tokens, self.max_model_len - len(r.prompt_ids)) for r in requests]
+        if not requests or max(budgets) <= 0:
+            return [GenerationResult([], [], "length") for _ in requests]
         gen = torch.Generator().manual_seed(batch_seed(seed))
         ids, attn = self._prefill_inputs(requests)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (N, P)
@@ -112,10 +115,10 @@ class HFEngine:
                          logits_to_keep=1, **{self._cache_kw: cache})
         n = len(requests)
         results = [GenerationResult([], [], "length") for _ in requests]
-        done = [r.max_new_tokens <= 0 for r in requests]
+        done = [b <= 0 for b in budgets]
         texts = [""] * n
         last_pos = positions[:, -1]
-        for _ in range(max(r.max_new_tokens for r in requests)):
+        for _ in range(max(budgets)):
             if all(done):
                 break
             tokens, logps = self._sample(out.logits[:, -1, :], greedy, gen)
@@ -125,7 +128,7 @@ class HFEngine:
                 tok = int(tokens[i])
                 results[i].token_ids.append(tok)
                 results[i].logprobs.append(float(logps[i]))
-                done[i] = self._finished(requests[i], results[i], tok, texts, i)
+                done[i] = self._finished(requests[i], budgets[i], results[i], tok, texts, i)
             tokens = torch.where(torch.tensor(done), torch.full_like(tokens, self.pad_id), tokens)
             attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype)], dim=-1)
             last_pos = last_pos + 1
@@ -133,7 +136,8 @@ class HFEngine:
                              use_cache=True, **{self._cache_kw: cache})  # the cache grows in place
         return results
 
-    def _finished(self, req: GenerationRequest, res: GenerationResult, tok: int, texts: list[str], i: int) -> bool:
+    def _finished(self, req: GenerationRequest, budget: int, res: GenerationResult, tok: int, texts: list[str],
+                  i: int) -> bool:
         if tok in self.eos_token_ids:
             res.finish_reason = "eos"
             return True
@@ -144,7 +148,7 @@ class HFEngine:
             if any(s in tail for s in req.stop_strings):
                 res.finish_reason = "stop"
                 return True
-        if len(res.token_ids) >= req.max_new_tokens:
+        if len(res.token_ids) >= budget:
             res.finish_reason = "length"
             return True
         return False

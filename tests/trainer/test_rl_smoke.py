@@ -21,7 +21,7 @@ from trainer.components import build_components, episode_specs
 from trainer.config import build_config
 from trainer.logger import read_metrics
 from trainer.loop import train, train_step
-from trainer.sft import run_sft
+from trainer.sft import model_context, run_sft
 
 pytestmark = pytest.mark.smoke
 
@@ -114,6 +114,21 @@ def test_train_refuses_a_warm_start_built_for_another_config(tmp_path, sft_dir):
         build_components(_cfg(tmp_path, sft_dir, "env.max_turns=2"))
     c = build_components(_cfg(tmp_path, sft_dir, "env.max_turns=2", f"model.path={sft_dir}"))
     c.close()
+
+
+def test_sft_sizes_the_context_and_train_warns_when_the_budget_outgrows_it(tmp_path, sft_dir, caplog):
+    meta = json.loads((sft_dir / "sft_meta.json").read_text())
+    assert meta["context"] == 1024 == json.loads((sft_dir / "config.json").read_text())["max_position_embeddings"]
+    assert model_context([([0] * 30 + [1] * 10, [0] * 30 + [1] * 10)], _cfg(tmp_path, sft_dir)) == 1024
+    over = _cfg(tmp_path, sft_dir, "rollout.max_response_tokens=1000")  # 30 prompt tokens + 1,000 > 1,024
+    assert model_context([([0] * 30 + [1] * 10, [0] * 30 + [1] * 10)], over) == 2048
+    assert model_context([([0] * 5000, [0] * 30 + [1] * 4970)], over) == 8192  # the longest SFT sequence
+    with caplog.at_level("WARNING"):
+        build_components(_cfg(tmp_path, sft_dir, f"model.path={sft_dir}")).close()
+    assert "context" not in caplog.text
+    with caplog.at_level("WARNING"):
+        build_components(_cfg(tmp_path, sft_dir, "rollout.max_response_tokens=1500", f"model.path={sft_dir}")).close()
+    assert "the model's context (1024 tokens" in caplog.text and "alprl sft --force" in caplog.text
 
 
 def test_two_steps_change_every_parameter(tmp_path, sft_dir):
