@@ -37,12 +37,16 @@ def _randbelow(rng: Any, n: int) -> int:
 
 
 def _options_step(shop: Shop, s: ShopState, wrong_option_p: float, rng: Any) -> str:
-    """The next option click on the open product's page (the goal's value for each of its groups), or buy."""
-    values = shop.catalog.products[s.item].options
-    for group, want in sorted(shop.goal.goal_options.items()):
+    """The next option click on the open product's page, or buy: each option value the goal names (in the goal's
+    group order) in the product's group that offers it; values the product does not offer are skipped."""
+    options = shop.catalog.products[s.item].options
+    for _, want in sorted(shop.goal.goal_options.items()):
+        group = next((g for g, values in options.items() if want in values), None)
+        if group is None:
+            continue
         have = s.selected.get(group)
-        if have is None and wrong_option_p > 0 and rng.random() < wrong_option_p:
-            wrong = [v for v in values[group] if v != want]
+        wrong = [v for v in options[group] if v != want]
+        if have is None and wrong and wrong_option_p > 0 and rng.random() < wrong_option_p:
             return f"click[{wrong[_randbelow(rng, len(wrong))]}]"
         if have is None or (have != want and wrong_option_p == 0):
             return f"click[{want}]"

@@ -125,15 +125,27 @@ def test_reader_goes_back_from_a_product_that_does_not_fit_and_settles_for_the_f
     nothing_fits = _blind(env.shop, price_upper=0.0)  # every price is above the limit
     env.step(reader_step(nothing_fits, env.state))
     first_page = env.state.results[:10]
-    opened, actions_on_item = [], []
-    while env.state.page != "done":
+    opened, actions_on_item, term, trunc = [], [], False, False
+    while not (term or trunc):
         action = reader_step(nothing_fits, env.state)
         if env.state.page == "item":
             actions_on_item.append(action)
         was = env.state.page
-        env.step(action)
+        *_, term, trunc, _ = env.step(action)
         if was == "results" and env.state.page == "item":
             opened.append(env.state.item)
     assert opened == first_page + [first_page[0]]  # each result once, in rank order, then the first again
     assert actions_on_item[:len(first_page)] == ["click[< prev]"] * len(first_page)
     assert actions_on_item[-1] == "click[buy now]" and env.state.item == first_page[0]
+
+
+def test_reader_settling_for_a_product_skips_the_values_it_does_not_offer():
+    env = WebShopEnv(max_steps=40)
+    env.reset(options={"task_id": 1})
+    group = next(iter(env.shop.goal.goal_options))
+    unavailable = _blind(env.shop, price_upper=0.0, goal_options={group: "no such value"})
+    invalid, term, trunc = [], False, False
+    while not (term or trunc):
+        *_, term, trunc, info = env.step(reader_step(unavailable, env.state))
+        invalid.append(info["invalid_action"])
+    assert term and not any(invalid) and env.state.item == env.state.results[0]
