@@ -105,7 +105,8 @@ class RolloutConfig:
     max_new_tokens: int = 64
     """Token budget of one assistant turn."""
     max_response_tokens: int = 256
-    """Total response budget (assistant + observation tokens); exceeding it truncates the episode."""
+    """Total response budget (assistant + observation tokens); exceeding it truncates the episode. The model's
+    context must hold it plus the prompt (`alprl sft` sizes the tiny model's; a full context also truncates)."""
     max_obs_tokens: int = 64
     """Observation tokens appended per tool call (cut on token ids)."""
     episode_timeout_s: float = 0.0
@@ -125,7 +126,8 @@ class RolloutConfig:
     kv_cache_dtype: str = "auto"
     """vLLM KV-cache dtype, a mismatch knob: auto (= dtype) | fp8 (GPU)."""
     max_model_len: int = 0
-    """vLLM context length (prompt + response tokens); 0: the model config's maximum."""
+    """vLLM context length (prompt + response tokens); 0: the model config's `max_position_embeddings`, which the
+    transformers engine always uses."""
     enable_sleep_mode: bool = False
     """vLLM on GPU: free sampler weights + KV cache while the trainer updates (no effect on CPU)."""
 
