@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoints/latest")
     sft = sub.add_parser("sft", help="build the tiny model and warm-start it on imperfect expert episodes")
     _add_config_args(sft, None)
-    sft.add_argument("--force", action="store_true", help="retrain even if a matching SFT model exists")
+    sft.add_argument("--force", action="store_true",
+                     help="retrain even if a matching SFT model exists, and drop the resume point of an "
+                          "interrupted `alprl sft` (without --force, the build continues from it)")
     demo = sub.add_parser("demo", help="SFT → held-out eval → GRPO → eval → runs/demo/report.html (CPU, minutes)")
     _add_config_args(demo, "configs/demo.yaml")
     report = sub.add_parser("report", help="(re)write <run>/report.html from a run directory")

@@ -268,6 +268,9 @@ class SFTConfig:
     """SFT learning rate (AdamW, cosine decay)."""
     batch_size: int = 32
     """SFT batch size (sequences)."""
+    save_every: int = 50
+    """Optimizer steps between SFT resume points (0: only when SIGINT/SIGTERM stop it); an interrupted `alprl sft`
+    continues from the last one. Does not change the result, so not part of the SFT cache key."""
 
 
 @dataclass

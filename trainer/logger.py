@@ -19,11 +19,9 @@ class MetricLogger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
-        if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
-        elif resume_step is None and self.path.exists():
+        if resume_step is not None:
+            self.drop_after(resume_step)
+        elif self.path.exists():
             self.path.unlink()
         from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
 
@@ -36,6 +34,13 @@ class MetricLogger:
                 raise RuntimeError("wandb=true but wandb is not installed; run `pip install wandb` or set "
                                    "wandb=false") from exc
             self.wandb = wandb.init(project="alprl", dir=str(self.run_dir), config=config or {})
+
+    def drop_after(self, step: int) -> None:
+        """Forget the JSONL records of steps after `step` (a resumed run logs them again)."""
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= step]
+            self.path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, **{k: (v if math.isfinite(v) else None) for k, v in metrics.items()}}

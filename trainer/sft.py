@@ -24,10 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from agents.agent_factory import make_agent
 from agents.models import build_tiny_model, save_pretrained, train_tokenizer
 from agents.rollout import Agent
+from trainer import sft_resume
 from trainer.config import TrainConfig
 from trainer.experts import ExpertEpisode, expert_player, system_prompt
 from trainer.logger import MetricLogger
@@ -93,48 +95,73 @@ def model_context(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> 
 
 
 def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False) -> Path:
-    """Build + train the warm-start model into `cfg.sft.output_dir` (reused if its fingerprint matches)."""
+    """Build + train the warm-start model into `cfg.sft.output_dir` (reused if its fingerprint matches; an
+    interrupted build continues from its resume point, see `trainer/sft_resume.py`, unless `force`)."""
     out = Path(cfg.sft.output_dir)
     meta_path = out / META_FILE
     fingerprint = sft_fingerprint(cfg)
     if not force and meta_path.exists() and json.loads(meta_path.read_text()).get("fingerprint") == fingerprint:
         return out
+    if force:
+        sft_resume.clear(out)
     torch.manual_seed(cfg.seed)
     t0 = time.monotonic()
-    episodes = collect_expert_data(cfg, show_progress)
+    prepared = sft_resume.load_prepared(out, fingerprint)
+    if prepared is None:
+        tokenizer, data, info = prepare_data(cfg, show_progress)
+        sft_resume.save_prepared(out, fingerprint, tokenizer, data, info)
+    else:
+        tokenizer, data, info = prepared
+    start = None if prepared is None else sft_resume.saved_step(out, fingerprint)
+    if start is not None:
+        log.warning("sft: resuming %s from step %d (its resume point); --force starts over", out, start)
+    model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
+                             num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
+                             intermediate_size=cfg.model.intermediate_size,
+                             max_position_embeddings=info["context"], seed=cfg.seed)
     t1 = time.monotonic()
+    logger = MetricLogger(out, resume_step=start)
+    try:
+        losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress, logger,
+                                    resume=sft_resume.ResumeTarget(out, fingerprint, cfg.sft.save_every))
+    finally:
+        logger.close()
+    t2 = time.monotonic()
+    save_pretrained(model, tokenizer, out)
+    meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
+            "num_parameters": sum(p.numel() for p in model.parameters()), **info,
+            "train_seconds": round(t2 - t1, 1), "resumed_from_step": start or 0}
+    if prepared is None:
+        meta["expert_data_seconds"] = round(t1 - t0, 1)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    sft_resume.clear(out)
+    return out
+
+
+def prepare_data(cfg: TrainConfig, show_progress: bool = True
+                 ) -> tuple[PreTrainedTokenizerBase, list[tuple[list[int], list[int]]], dict[str, float]]:
+    """Play the expert episodes, train the tokenizer on them and tokenize them like rollouts; returns the
+    tokenizer, the (ids, loss mask) sequences and what sft_meta.json reports of them (expert success, lengths,
+    the model's context)."""
+    episodes = collect_expert_data(cfg, show_progress)
     corpus = [system_prompt(cfg)] + [ep.question for ep in episodes]
     corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
     tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
     agent = make_agent(cfg.env, tokenizer)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     data = [episode_tokens(agent, ep, eos, cfg.rollout.max_obs_tokens) for ep in episodes]
-    lengths = length_report(data, cfg)
-    context = model_context(data, cfg)
-    model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
-                             num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
-                             intermediate_size=cfg.model.intermediate_size, max_position_embeddings=context,
-                             seed=cfg.seed)
-    logger = MetricLogger(out)
-    try:
-        losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress, logger)
-    finally:
-        logger.close()
-    t2 = time.monotonic()
-    save_pretrained(model, tokenizer, out)
-    meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
-            "expert_success": sum(ep.reward for ep in episodes) / len(episodes),
-            "num_parameters": sum(p.numel() for p in model.parameters()),
-            "expert_data_seconds": round(t1 - t0, 1), "train_seconds": round(t2 - t1, 1), "context": context,
-            **lengths}
-    meta_path.write_text(json.dumps(meta, indent=2))
-    return out
+    info = {"expert_success": sum(ep.reward for ep in episodes) / len(episodes), **length_report(data, cfg),
+            "context": model_context(data, cfg)}
+    return tokenizer, data, info
 
 
 def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[int]]], cfg: TrainConfig,
-                       pad_id: int, show_progress: bool = True, logger: MetricLogger | None = None) -> list[float]:
+                       pad_id: int, show_progress: bool = True, logger: MetricLogger | None = None,
+                       resume: sft_resume.ResumeTarget | None = None) -> list[float]:
     """Masked next-token cross-entropy, AdamW, warm-up then cosine decay to 10%; returns per-step losses (and
     logs sft/loss, sft/lr, sft/epoch and sft/tokens, the assistant tokens of the batch, to `logger` if given).
+    With `resume`, starts from its saved step (if any), saves every `save_every` steps, and on SIGINT/SIGTERM
+    saves after the step in flight before stopping; a resumed run replays the remaining steps exactly.
 
     The floor matters for tiny models: copying numbers (induction) appears abruptly after a few hundred
     steps, and a schedule that has already decayed to ~0 by then never gets there.
@@ -145,13 +172,22 @@ def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, betas=(0.9, 0.95), weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / 30) * (0.1 + 0.45 * (1 + math.cos(math.pi * s / total))))
+    done, losses = (0, []) if resume is None else sft_resume.load_state(resume.out, resume.fingerprint, model,
+                                                                          optimizer, schedule)
+
+    def save() -> None:
+        if resume is not None:
+            sft_resume.save_state(resume.out, resume.fingerprint, len(losses), losses, model, optimizer, schedule)
+
     model.train()
-    losses = []
-    with progress_bar("SFT", total, enabled=show_progress) as bar:
+    with progress_bar("SFT", total, completed=done, enabled=show_progress) as bar, \
+            sft_resume.StopBetweenSteps() as stop:
         for epoch in range(cfg.sft.epochs):
             order = list(range(len(data)))
-            rng.shuffle(order)
+            rng.shuffle(order)  # every epoch's shuffle, also those a resumed run skips, keeps the orders exact
             for start in range(0, len(order), cfg.sft.batch_size):
+                if epoch * steps_per_epoch + start // cfg.sft.batch_size < done:
+                    continue
                 ids, mask = _pad([data[i] for i in order[start: start + cfg.sft.batch_size]], pad_id)
                 logits = model(input_ids=ids, attention_mask=(mask >= 0).long()).logits[:, :-1]  # (B, L-1, V)
                 target_mask = (mask[:, 1:] == 1).float()  # (B, L-1): predict sampled tokens only
@@ -168,6 +204,12 @@ def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[
                     logger.log(len(losses), {"sft/loss": losses[-1], "sft/lr": lr, "sft/epoch": float(epoch),
                                              "sft/tokens": float(target_mask.sum())})
                 bar.advance(loss=loss.item())
+                if stop.requested is not None:
+                    save()
+                    stop.raise_stop()
+                if resume is not None and resume.save_every > 0 and len(losses) % resume.save_every == 0 \
+                        and len(losses) < total:
+                    save()
     model.eval()
     return losses
 

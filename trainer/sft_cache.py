@@ -21,7 +21,7 @@ def sft_inputs(cfg: TrainConfig) -> dict:
     or how RL masks turns): the SFT cache key, stored in sft_meta.json so a mismatch can name its keys."""
     env = {k: v for k, v in asdict(cfg.env).items() if k not in RL_ONLY_ENV_KEYS}
     model = {k: v for k, v in asdict(cfg.model).items() if k != "path"}
-    sft = {k: v for k, v in asdict(cfg.sft).items() if k != "output_dir"}
+    sft = {k: v for k, v in asdict(cfg.sft).items() if k not in ("output_dir", "save_every")}
     return {"sft": sft, "model": model, "env": env, "seed": cfg.seed,
             "max_obs_tokens": cfg.rollout.max_obs_tokens,  # observations are cut in the SFT data too
             "agent_format": agent_format(cfg.env.id)}

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_tir import SMALL, SMALL_SFT_STEPS
 
 from agents.engines.base import GenerationRequest
 from agents.rollout import RolloutLimits, run_episodes
@@ -21,30 +22,14 @@ from trainer.components import build_components, episode_specs
 from trainer.config import build_config
 from trainer.logger import read_metrics
 from trainer.loop import train, train_step
-from trainer.sft import model_context, run_sft
+from trainer.sft import model_context
 
 pytestmark = pytest.mark.smoke
-
-# A model small enough to warm-start in well under a minute: it learns the format (code block, tool call,
-# boxed answer) but not yet to copy numbers, so its rewards are mostly 0.
-SMALL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=1",
-         "model.intermediate_size=128", "model.vocab_size=384", "env.task_types=multiply",
-         "sft.num_examples=600", "sft.epochs=4", "sft.batch_size=16", "sft.lr=5e-3",
-         "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=40",
-         "rollout.max_response_tokens=160", "optim.micro_batch_size=8", "eval_tasks=0",
-         "rollout.engine=hf"]  # transformers: one vLLM start per test would cost ~20 s (see test_vllm_training)
-
-
-@pytest.fixture(scope="session")
-def sft_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sft")
-    cfg = build_config(None, SMALL + [f"sft.output_dir={out}"])
-    return run_sft(cfg, show_progress=False)
 
 
 def test_sft_logs_every_step_beside_the_model(sft_dir):
     records = read_metrics(sft_dir)
-    assert [r["step"] for r in records] == list(range(1, 4 * 38 + 1))  # ceil(600 / 16) steps x 4 epochs
+    assert [r["step"] for r in records] == list(range(1, SMALL_SFT_STEPS + 1))
     losses = [r["sft/loss"] for r in records]
     assert all(math.isfinite(x) for x in losses) and statistics.fmean(losses[-10:]) < 0.5 * losses[0]
     assert records[0]["sft/lr"] < records[29]["sft/lr"]  # warm-up over 30 steps
