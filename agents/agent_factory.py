@@ -9,11 +9,14 @@ from transformers import PreTrainedTokenizerBase
 
 from agents.rollout import Agent
 
-KNOWN = ("alprl/TIRMath-v0", "alprl/Household-v0", "alprl/WebShop-v0")
+KNOWN = ("alprl/TIRMath-v0", "alprl/Household-v0", "alprl/WebShop-v0", "alprl/ALFWorld-v0", "alprl/WebShopServer-v0")
 
 
 def agent_class(env_id: str) -> type:
-    """The agent class that formats episodes of `env_id`."""
+    """The agent class that formats episodes of `env_id` (an adapter's: its generated twin's)."""
+    from envs import generated_twin
+
+    env_id = generated_twin(env_id)
     if env_id.startswith("alprl/TIRMath"):
         from agents.tir_agent import TIRAgent
 
@@ -32,7 +35,7 @@ def agent_class(env_id: str) -> type:
 def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
     """`env_cfg` has `.id` and `.style` (trainer.config.EnvConfig or any object with those fields)."""
     cls = agent_class(env_cfg.id)
-    if env_cfg.id.startswith("alprl/TIRMath"):
+    if cls.__name__ == "TIRAgent":
         return cls(tokenizer, style=env_cfg.style)
     return cls(tokenizer)
 

@@ -18,3 +18,17 @@ _register("alprl/TIRMath-v0", "envs.tir.env:TIRMathEnv")
 _register("alprl/Household-v0", "envs.household:HouseholdEnv")
 _register("alprl/WebShop-v0", "envs.webshop:WebShopEnv")
 # ---- end of Household / WebShop registrations ----
+
+# Adapters to the real environments (envs/adapters/): they need what cannot be fetched here (the `alfworld` package
+# and its game files; a running WebShop server), so creating one without it raises AdapterUnavailable.
+_register("alprl/ALFWorld-v0", "envs.adapters.alfworld:ALFWorldEnv")
+_register("alprl/WebShopServer-v0", "envs.adapters.webshop_server:WebShopServerEnv")
+
+ADAPTER_TWINS = {"alprl/ALFWorld-v0": "alprl/Household-v0", "alprl/WebShopServer-v0": "alprl/WebShop-v0"}
+"""Each adapter's generated twin: same observation text, action grammar and info keys, so the twin's agent (and a
+model trained on the twin) runs on the adapter unchanged."""
+
+
+def generated_twin(env_id: str) -> str:
+    """The generated env whose agent, wrappers and task indexing `env_id` uses (itself unless it is an adapter)."""
+    return ADAPTER_TWINS.get(env_id, env_id)

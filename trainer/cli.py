@@ -136,7 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
-    return run_command(args, cfg)
+    from envs.adapters import AdapterUnavailable
+
+    try:
+        return run_command(args, cfg)
+    except (AdapterUnavailable, FileNotFoundError) as exc:  # an adapter without its package, data or server; a
+        # model.path, config or checkpoint that is not there
+        print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -16,13 +16,13 @@ import gymnasium as gym
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-import envs  # noqa: F401  (registers the alprl/* environments)
 from agents.agent_factory import make_agent, wrap_env
 from agents.engines import Engine, make_engine
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.projection import ActionProjection
 from agents.rollout import Agent, EpisodeSpec, RolloutLimits
+from envs import generated_twin  # (importing envs registers the alprl/* environments)
 from envs.household.splits import SPLIT_OFFSETS
 from trainer.algorithms import AlgorithmHooks
 from trainer.config import ConfigError, TrainConfig
@@ -83,6 +83,10 @@ def env_kwargs(cfg: TrainConfig) -> dict:
                 "task_types": e.task_types or None, "sandbox_url": e.sandbox_url or None,
                 "run_timeout_s": e.run_timeout_s}
     limit = {"max_steps": e.max_steps} if e.max_steps else {}
+    if e.id == "alprl/ALFWorld-v0":
+        return {"data_path": e.alfworld_data or None, "task_types": e.task_types or None} | limit
+    if e.id == "alprl/WebShopServer-v0":
+        return {"server_url": e.webshop_url or None} | limit
     if e.id.startswith("alprl/Household"):
         return {"task_types": e.task_types or None} | limit
     if e.id.startswith("alprl/WebShop"):
@@ -108,13 +112,13 @@ def make_env(cfg: TrainConfig) -> gym.Env:
     """The configured env as rollouts, evaluation and SFT experts use it (task indices, the agent's wrapper)."""
     e = cfg.env
     env = gym.make(e.id, **env_kwargs(cfg))
-    if e.id.startswith(("alprl/Household", "alprl/WebShop")):
+    if generated_twin(e.id).startswith(("alprl/Household", "alprl/WebShop")):
         env = ActionProjection(GlobalTaskIndex(env), e.action_projection, e.projection_min_similarity,
                                e.invalid_action_penalty)
     elif (e.action_projection, e.invalid_action_penalty) != ("exact", 0.0):
         raise ConfigError(f"env.action_projection / env.invalid_action_penalty need an env with admissible commands "
                           f"(household, WebShop); {e.id} has none")
-    return wrap_env(e.id, env)
+    return wrap_env(generated_twin(e.id), env)
 
 
 def make_envs(cfg: TrainConfig, n: int) -> list[gym.Env]:

@@ -86,6 +86,12 @@ class EnvConfig:
     invalid_action_penalty: float = 0.0
     """Household/WebShop: subtracted from the episode's reward per command that was not admissible as written
     (verl-agent's invalid_action_penalty_coef)."""
+    alfworld_data: str = ""
+    """alprl/ALFWorld-v0 (the real ALFWorld, envs/adapters/alfworld.py): the folder `alfworld-download` filled
+    (empty: $ALFWORLD_DATA)."""
+    webshop_url: str = ""
+    """alprl/WebShopServer-v0 (a running WebShop server, envs/adapters/webshop_server.py): its address (empty:
+    $WEBSHOP_URL)."""
 
 
 @dataclass

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 
-import envs  # noqa: F401  (registers alprl/* envs)
 from agents.household_agent import HOUSEHOLD_SYSTEM_PROMPT, command_turn
 from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT
+from envs import ADAPTER_TWINS  # (importing envs registers the alprl/* environments)
 from envs.household import expert_action as household_expert
 from envs.tir.expert import expert_turns
 from envs.tir.styles import get_style
@@ -135,6 +135,10 @@ PLAYERS: dict[str, Callable[[TrainConfig, int], ExpertEpisode]] = {
 
 
 def expert_player(env_id: str) -> Callable[[TrainConfig, int], ExpertEpisode]:
+    if env_id in ADAPTER_TWINS:
+        raise ValueError(f"no SFT expert for {env_id}: it plays the real environment. Warm-start on its generated "
+                         f"twin {ADAPTER_TWINS[env_id]} (`alprl sft` with env.id={ADAPTER_TWINS[env_id]}) and pass "
+                         f"that model as model.path")
     for prefix, player in PLAYERS.items():
         if env_id.startswith(prefix):
             return player
