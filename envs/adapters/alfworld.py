@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import string
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,12 @@ MAX_TEXT = 16_384
 CHARSET = frozenset(string.printable)
 
 
+# TextWorld parses PDDL with tatsu, whose parser state is not thread-safe: games stepped from the rollout's env-step
+# threads failed inside tatsu (IndexError: pop from empty list). Every TextWorld call takes this lock; a step
+# takes milliseconds, so the serialization costs little next to sampling.
+TEXTWORLD_LOCK = threading.Lock()
+
+
 class Game:
     """One game being played: what the adapter needs of TextWorld's environment."""
 
@@ -45,14 +52,17 @@ class Game:
 
     def reset(self) -> tuple[str, list[str], bool]:
         """(feedback, admissible commands, won)."""
-        return self._unpack(self._tw.reset())
+        with TEXTWORLD_LOCK:
+            return self._unpack(self._tw.reset())
 
     def step(self, command: str) -> tuple[str, list[str], bool]:
-        state, _, _ = self._tw.step(command)
+        with TEXTWORLD_LOCK:
+            state, _, _ = self._tw.step(command)
         return self._unpack(state)
 
     def close(self) -> None:
-        self._tw.close()
+        with TEXTWORLD_LOCK:
+            self._tw.close()
 
     @staticmethod
     def _unpack(state: Any) -> tuple[str, list[str], bool]:
@@ -77,7 +87,8 @@ def start_textworld_game(game_file: str) -> Game:
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
     infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
-    return Game(textworld.start(game_file, request_infos=infos, wrappers=[AlfredDemangler, AlfredInfos]))
+    with TEXTWORLD_LOCK:
+        return Game(textworld.start(game_file, request_infos=infos, wrappers=[AlfredDemangler, AlfredInfos]))
 
 
 def collect_games(split_dir: Path, task_types: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -4,6 +4,9 @@ the `alfworld` package; a running WebShop server), built from the generated twin
 - ALFWorld: a data folder laid out as `alfworld-download` lays it out (json_2.1.1/<split>/<task>/<trial>/ with
   traj_data.json and game.tw-pddl), where each game file names a generated household task, and a `start_game`
   that plays it on alprl/Household-v0 (the generated twin speaks ALFWorld's text and grammar).
+- ALFWorld for real, where the `alfworld` package is installed: `write_real_alfworld_game` writes one game file as
+  ALFWorld's generator would (ALFWorld's own PDDL domain and grammar, a hand-written problem: a room with a
+  countertop, a side table and a cabinet, the goal "put a apple in sidetable"), which TextWorld plays.
 - WebShop: AgentGym's `agentenv-webshop` HTTP API (FastAPI, served by uvicorn on a loopback port), each server
   env an alprl/WebShop-v0 in text mode; a session id is WebShop's goal index (test 0-499, valid 500-1499, train
   1500+).
@@ -55,6 +58,66 @@ def _write_game(trial: Path, task_type: str, game: dict[str, Any]) -> None:
     trial.mkdir(parents=True)
     (trial / "traj_data.json").write_text(json.dumps({"task_type": task_type}))
     (trial / "game.tw-pddl").write_text(json.dumps(game))
+
+
+REAL_GAME_PROBLEM = """
+(define (problem plan_1)
+    (:domain alfred)
+    (:objects
+        agent1 # agent
+        {apple} # object
+        {counter} # receptacle
+        {table} # receptacle
+        {cabinet} # receptacle
+        AppleType # otype
+        CounterTopType # rtype
+        SideTableType # rtype
+        CabinetType # rtype
+        {locations}
+    )
+    (:init
+        {distances}
+        (atLocation agent1 loc|0|0|0|30)
+        (receptacleAtLocation {counter} loc|1|1|1|30)
+        (receptacleAtLocation {table} loc|2|2|2|30)
+        (receptacleAtLocation {cabinet} loc|3|3|3|30)
+        (objectAtLocation {apple} loc|1|1|1|30)
+        (inReceptacle {apple} {counter})
+        (receptacleType {counter} CounterTopType)
+        (receptacleType {table} SideTableType)
+        (receptacleType {cabinet} CabinetType)
+        (openable {cabinet})
+        (objectType {apple} AppleType)
+        (pickupable {apple})
+        (canContain CounterTopType AppleType)
+        (canContain SideTableType AppleType)
+        (canContain CabinetType AppleType)
+    )
+    (:goal (and (exists (?r # receptacle) (exists (?o # object)
+        (and (inReceptacle ?o ?r) (objectType ?o AppleType) (receptacleType ?r SideTableType))))))
+)
+"""
+
+
+def write_real_alfworld_game(root: Path) -> Path:
+    """One real ALFWorld game file (see the module docstring) under root/json_2.1.1/valid_unseen/; needs the
+    alfworld package (its PDDL domain and grammar)."""
+    import alfworld
+
+    data = Path(alfworld.__file__).parent / "data"
+    locations = [f"loc|{i}|{i}|{i}|30" for i in range(4)]
+    problem = REAL_GAME_PROBLEM.format(
+        apple="Apple|-01.00|+01.00|+00.50", counter="CounterTop|-01.00|+01.00|+00.00",
+        table="SideTable|+02.00|+00.50|+01.00", cabinet="Cabinet|+01.00|+00.50|+02.00",
+        locations="\n        ".join(f"{loc} # location" for loc in locations),
+        distances=" ".join(f"(= (distance {a} {b}) 2)" for a in locations for b in locations if a != b))
+    for old, new in (("-", "_minus_"), ("#", "-"), ("|", "_bar_"), ("+", "_plus_"), (".", "_dot_")):
+        problem = problem.replace(old, new)  # the identifier escapes of ALFWorld's generator (fix_pddl_str_chars)
+    trial = root / "json_2.1.1" / "valid_unseen" / "pick_and_place_simple-Apple-None-SideTable-1" / "trial_T1"
+    grammar = (data / "alfred.twl2").read_text().replace("UNKNOWN GOAL", "put a apple in sidetable")
+    _write_game(trial, "pick_and_place_simple", {"pddl_domain": (data / "alfred.pddl").read_text(),
+                                                 "grammar": grammar, "pddl_problem": problem, "solvable": True})
+    return trial / "game.tw-pddl"
 
 
 class HouseholdGame(Game):

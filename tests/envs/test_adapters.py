@@ -14,10 +14,11 @@ import math
 import socket
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
 import pytest
-from adapter_stand_ins import HouseholdGame, serve, webshop_app, write_alfworld_data
+from adapter_stand_ins import HouseholdGame, serve, webshop_app, write_alfworld_data, write_real_alfworld_game
 from gymnasium.utils.env_checker import check_env, data_equivalence
 from test_registry import BENIGN_WARNINGS, GARBAGE, check_step
 
@@ -100,6 +101,43 @@ def test_adapters_have_no_sft_expert_and_say_to_use_the_twin():
 
 
 # ---- ALFWorld against its stand-in data ----
+
+@pytest.mark.skipif(importlib.util.find_spec("alfworld") is None, reason="alfworld is not installed here (`pip "
+                    "install alfworld` to run the check against TextWorld)")
+def test_alfworld_plays_a_real_textworld_game(tmp_path):
+    game_file = write_real_alfworld_game(tmp_path)
+    env = gym.make("alprl/ALFWorld-v0", data_path=str(tmp_path), split="test").unwrapped
+    obs, info = env.reset(options={"task_id": 0})
+    assert obs == ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around "
+                   "you, you see a cabinet 1, a countertop 1, and a sidetable 1.\n\nYour task is to: put a apple in "
+                   "sidetable.")
+    assert info["admissible_commands"] == ["go to cabinet 1", "go to countertop 1", "go to sidetable 1", "help",
+                                           "inventory", "look"]
+    assert info["gamefile"] == str(game_file) and info["task_type"] == "pick_and_place_simple"
+    expected = [("go to countertop 1", "You arrive at countertop 1. On the countertop 1, you see a apple 1.", 0.0),
+                ("take the apple", "Nothing happens.", 0.0),
+                ("take apple 1 from countertop 1", "You pick up the apple 1 from the countertop 1.", 0.0),
+                ("go to sidetable 1", "You arrive at sidetable 1. On the sidetable 1, you see nothing.", 0.0),
+                ("move apple 1 to sidetable 1", "You move the apple 1 to the sidetable 1.", 1.0)]
+    for command, answer, reward in expected:
+        step = env.step(command)
+        check_step(env, step)
+        assert step[:2] == (answer, reward) and step[4]["invalid_action"] == (answer == "Nothing happens.")
+    assert step[2] and step[4]["won"]
+    env.close()
+    check_env(gym.make("alprl/ALFWorld-v0", data_path=str(tmp_path), split="test").unwrapped)
+
+    def play(_: int) -> float:  # the rollout steps its envs from a thread pool; TextWorld's parser is not
+        # thread-safe (tatsu), so this failed before the adapter serialized TextWorld calls
+        game = gym.make("alprl/ALFWorld-v0", data_path=str(tmp_path), split="test").unwrapped
+        game.reset(options={"task_id": 0})
+        total = sum(game.step(command)[1] for command, _, _ in expected)
+        game.close()
+        return total
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert list(pool.map(play, range(16))) == [1.0] * 16
+
 
 def test_alfworld_keeps_the_games_alfworlds_loader_keeps_in_path_order(alfworld_data):
     env = alfworld(alfworld_data)
