@@ -84,10 +84,12 @@ class WebShopServerEnv(gym.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
         options = dict(options or {})
-        unknown = set(options) - {"task_id", "split"}
+        unknown = set(options) - {"task_id", "split", "index"}
         if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; valid: task_id, split")
+            raise ValueError(f"unknown reset options {sorted(unknown)}; valid: task_id, split, index")
         split = check_split(options.get("split", self.split))
+        if "index" in options and "task_id" not in options:  # the global-index form every alprl env accepts
+            options["task_id"] = options["index"] - SPLIT_OFFSETS[split]
         task_id = options.get("task_id")
         if task_id is None:
             size = SPLIT_RANGES.get(split, self.num_goals - SPLIT_OFFSETS["train"])

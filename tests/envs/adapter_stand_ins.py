@@ -31,10 +31,11 @@ from envs.adapters.alfworld import Game
 from envs.household import HouseholdEnv
 from envs.webshop import WebShopEnv
 
+GAMES_PER_SPLIT = 6
 ALFWORLD_SPLITS = {"train": "train", "valid_seen": "valid", "valid_unseen": "test"}
 
 
-def write_alfworld_data(root: Path, games_per_split: int = 6) -> None:
+def write_alfworld_data(root: Path, games_per_split: int = GAMES_PER_SPLIT) -> None:
     """Game folders for generated tasks 0..n-1 of each split, plus the kinds ALFWorld's loader skips."""
     task_types = ["pick_and_place_simple", "look_at_obj_in_light", "pick_two_obj_and_place"]
     for folder, split in ALFWORLD_SPLITS.items():

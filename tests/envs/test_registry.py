@@ -16,21 +16,16 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
-from envs import ADAPTER_TWINS  # (importing envs registers every alprl/* id)
+import envs  # noqa: F401  (registers every alprl/* id)
 
-# The adapters to the real ALFWorld and WebShop need their package, data or server; tests/envs/test_adapters.py
-# runs them against stand-ins.
-ENV_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("alprl/") and env_id not in ADAPTER_TWINS)
+# The adapters to the real ALFWorld and WebShop run on stand-ins here (the `make` fixture, tests/envs/conftest.py).
+ENV_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("alprl/"))
 INFO_KEYS = {"admissible_commands", "won", "task_score", "task_id", "task_type", "step", "invalid_action"}
 GARBAGE = ["", " ", "\n\n", "\x00", "\ud800", "é€😀", "}{" * 50, "```python\n", "\\boxed{", "<tool_call>{",
            "click[", "search[]", "go to", "x" * 100_000, "\t" * 1000]
 # A text env has no frame rate; Gymnasium warns about a missing render_fps for every env, so it is not a finding.
 BENIGN_WARNINGS = ("render fps",)
 MAX_STEPS = 1000  # far above every env's own limit: an episode that reaches it never ends
-
-
-def make(env_id: str) -> gym.Env:
-    return gym.make(env_id).unwrapped
 
 
 def test_the_registry_holds_the_tir_env():
@@ -40,7 +35,7 @@ def test_the_registry_holds_the_tir_env():
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_check_env_passes_without_warnings(env_id):
+def test_check_env_passes_without_warnings(env_id, make):
     env = make(env_id)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -62,7 +57,7 @@ def check_step(env: gym.Env, result: tuple) -> None:
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_seeded_episodes_are_identical_including_info(env_id):
+def test_seeded_episodes_are_identical_including_info(env_id, make):
     runs = []
     for _ in range(2):
         env = make(env_id)
@@ -79,7 +74,7 @@ def test_seeded_episodes_are_identical_including_info(env_id):
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_garbage_actions_are_tolerated(env_id):
+def test_garbage_actions_are_tolerated(env_id, make):
     env = make(env_id)
     for seed, action in enumerate(GARBAGE + [None, 3, b"bytes"]):
         obs, info = env.reset(seed=seed)
@@ -89,15 +84,15 @@ def test_garbage_actions_are_tolerated(env_id):
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_close_is_idempotent(env_id):
-    env = gym.make(env_id)
+def test_close_is_idempotent(env_id, make):
+    env = make(env_id, unwrapped=False)
     env.reset(seed=0)
     env.close()
     env.close()
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_200_random_action_episodes(env_id):
+def test_200_random_action_episodes(env_id, make):
     env = make(env_id)
     env.action_space.seed(0)
     for episode in range(200):
@@ -114,9 +109,9 @@ def test_200_random_action_episodes(env_id):
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_global_index_option_is_accepted_everywhere(env_id):
+def test_global_index_option_is_accepted_everywhere(env_id, make):
     """Every alprl env takes `options={"split", "index"}` (global index), the form evaluation uses."""
-    env = gym.make(env_id)
+    env = make(env_id, unwrapped=False)
     try:
         obs_a, info_a = env.reset(seed=0, options={"split": "test", "index": 3})
         obs_b, info_b = env.reset(seed=0, options={"split": "test", "index": 3})
