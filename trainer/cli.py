@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return run_command(args, cfg)
-    except (AdapterUnavailable, FileNotFoundError) as exc:  # an adapter without its package, data or server; a
-        # model.path, config or checkpoint that is not there
+    except (AdapterUnavailable, ConfigError, FileNotFoundError) as exc:  # an adapter without its package, data or
+        # server; a warm start built for another config; a model.path, config or checkpoint that is not there
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

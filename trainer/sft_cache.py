@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from agents.agent_factory import agent_format
-from trainer.config import TrainConfig
+from trainer.config import ConfigError, TrainConfig
 
 META_FILE = "sft_meta.json"
 RL_ONLY_ENV_KEYS = ("sandbox_url", "run_timeout_s", "mask_void_turns", "action_projection",
@@ -53,6 +53,6 @@ def check_warm_start(cfg: TrainConfig) -> None:
                          for k in sorted(now.keys() | then.keys()) if now.get(k) != then.get(k))
     else:
         diff = "it was built by an older alprl that did not record its inputs"
-    raise ValueError(f"the SFT warm start in {cfg.sft.output_dir} was built for another config ({diff}). "
+    raise ConfigError(f"the SFT warm start in {cfg.sft.output_dir} was built for another config ({diff}). "
                      f"Rebuild it with `alprl sft` and the same --config and overrides, or set "
                      f"model.path={cfg.sft.output_dir} to start from it anyway")

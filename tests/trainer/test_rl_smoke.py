@@ -18,6 +18,7 @@ from tiny_tir import SMALL, SMALL_SFT_STEPS
 
 from agents.engines.base import GenerationRequest
 from agents.rollout import RolloutLimits, run_episodes
+from trainer.cli import main
 from trainer.components import build_components, episode_specs
 from trainer.config import build_config
 from trainer.logger import read_metrics
@@ -91,7 +92,7 @@ def _params(model_dir):
     return {k: v.clone() for k, v in model.named_parameters()}
 
 
-def test_train_refuses_a_warm_start_built_for_another_config(tmp_path, sft_dir):
+def test_train_refuses_a_warm_start_built_for_another_config(tmp_path, sft_dir, capsys):
     """The SFT cache in sft.output_dir was built with SMALL; training with another env setting names the key and
     the way out; model.path starts from the same directory on purpose."""
     with pytest.raises(ValueError, match=r"built for another config \(env.max_turns: 3 there, 2 here\).*"
@@ -99,6 +100,11 @@ def test_train_refuses_a_warm_start_built_for_another_config(tmp_path, sft_dir):
         build_components(_cfg(tmp_path, sft_dir, "env.max_turns=2"))
     c = build_components(_cfg(tmp_path, sft_dir, "env.max_turns=2", f"model.path={sft_dir}"))
     c.close()
+    capsys.readouterr()
+    code = main(["train", "--no-progress", *SMALL, f"sft.output_dir={sft_dir}", f"output_dir={tmp_path}",
+                 "env.max_turns=2", "steps=0"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "built for another config" in err, err  # no traceback
 
 
 def test_sft_sizes_the_context_and_train_warns_when_the_budget_outgrows_it(tmp_path, sft_dir, caplog):
