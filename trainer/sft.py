@@ -109,6 +109,7 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     prepared = sft_resume.load_prepared(out, fingerprint)
     if prepared is None:
         tokenizer, data, info = prepare_data(cfg, show_progress)
+        info["expert_data_seconds"] = round(time.monotonic() - t0, 1)
         sft_resume.save_prepared(out, fingerprint, tokenizer, data, info)
     else:
         tokenizer, data, info = prepared
@@ -131,8 +132,6 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
             "num_parameters": sum(p.numel() for p in model.parameters()), **info,
             "train_seconds": round(t2 - t1, 1), "resumed_from_step": start or 0}
-    if prepared is None:
-        meta["expert_data_seconds"] = round(t1 - t0, 1)
     meta_path.write_text(json.dumps(meta, indent=2))
     sft_resume.clear(out)
     return out
