@@ -8,14 +8,13 @@ import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
 from agents.rollout import Agent
+from envs import generated_twin
 
 KNOWN = ("alprl/TIRMath-v0", "alprl/Household-v0", "alprl/WebShop-v0", "alprl/ALFWorld-v0", "alprl/WebShopServer-v0")
 
 
 def agent_class(env_id: str) -> type:
     """The agent class that formats episodes of `env_id` (an adapter's: its generated twin's)."""
-    from envs import generated_twin
-
     env_id = generated_twin(env_id)
     if env_id.startswith("alprl/TIRMath"):
         from agents.tir_agent import TIRAgent
@@ -35,7 +34,7 @@ def agent_class(env_id: str) -> type:
 def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
     """`env_cfg` has `.id` and `.style` (trainer.config.EnvConfig or any object with those fields)."""
     cls = agent_class(env_cfg.id)
-    if cls.__name__ == "TIRAgent":
+    if env_cfg.id.startswith("alprl/TIRMath"):
         return cls(tokenizer, style=env_cfg.style)
     return cls(tokenizer)
 
