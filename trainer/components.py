@@ -23,7 +23,6 @@ from agents.perturbation import LayerwisePerturbation
 from agents.projection import ActionProjection
 from agents.rollout import Agent, EpisodeSpec, RolloutLimits
 from envs import generated_twin  # (importing envs registers the alprl/* environments)
-from envs.household.splits import SPLIT_OFFSETS
 from trainer.algorithms import AlgorithmHooks
 from trainer.config import ConfigError, TrainConfig
 from trainer.sft_cache import check_warm_start
@@ -94,31 +93,19 @@ def env_kwargs(cfg: TrainConfig) -> dict:
     return {}
 
 
-class GlobalTaskIndex(gym.Wrapper):
-    """Accept the reset option `index` (a global task index, as the TIR env, `episode_specs` and evaluation use)
-    for the household/webshop envs, which take a split-relative `task_id` on WebShop's index line (test 0-499,
-    valid 500-1499, train 1500+; envs/household/splits.py)."""
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
-        options = dict(options or {})
-        if "index" in options:
-            split = options.get("split", self.env.unwrapped.split)
-            offset = SPLIT_OFFSETS.get(split, 0)  # an unknown split is reported by the env itself
-            options["task_id"] = options.pop("index") - offset
-        return self.env.reset(seed=seed, options=options)
-
-
 def make_env(cfg: TrainConfig) -> gym.Env:
-    """The configured env as rollouts, evaluation and SFT experts use it (task indices, the agent's wrapper)."""
+    """The configured env as rollouts, evaluation and SFT experts use it (action projection, the agent's wrapper;
+    every alprl env takes the global `index` reset option itself)."""
     e = cfg.env
+    twin = generated_twin(e.id)
     env = gym.make(e.id, **env_kwargs(cfg))
-    if generated_twin(e.id).startswith(("alprl/Household", "alprl/WebShop")):
-        env = ActionProjection(GlobalTaskIndex(env), e.action_projection, e.projection_min_similarity,
+    if twin.startswith(("alprl/Household", "alprl/WebShop")):
+        env = ActionProjection(env, e.action_projection, e.projection_min_similarity,
                                e.invalid_action_penalty)
     elif (e.action_projection, e.invalid_action_penalty) != ("exact", 0.0):
         raise ConfigError(f"env.action_projection / env.invalid_action_penalty need an env with admissible commands "
                           f"(household, WebShop); {e.id} has none")
-    return wrap_env(generated_twin(e.id), env)
+    return wrap_env(twin, env)
 
 
 def make_envs(cfg: TrainConfig, n: int) -> list[gym.Env]:

@@ -29,7 +29,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from envs.adapters import AdapterUnavailable
-from envs.household.splits import SPLIT_OFFSETS, check_split
+from envs.household.splits import check_split, task_id_of_index
 
 SPLIT_DIRS = {"train": "train", "valid": "valid_seen", "test": "valid_unseen"}
 TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
@@ -160,7 +160,7 @@ class ALFWorldEnv(gym.Env[str, str]):
             raise ValueError(f"unknown reset options {sorted(unknown)}; valid: task_id, task_type, split, index")
         split = check_split(options.get("split", self.split))
         if "index" in options and "task_id" not in options:  # the global-index form every alprl env accepts
-            options["task_id"] = options["index"] - SPLIT_OFFSETS[split]
+            options["task_id"] = task_id_of_index(split, options["index"])
         games = self.games(split)
         if options.get("task_type") is not None:
             games = [g for g in games if g[1] == options["task_type"]]

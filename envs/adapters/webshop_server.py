@@ -15,6 +15,7 @@ the server's (WebShop's score on `click[buy now]`); `won` iff it is 1.0; `max_st
 
 from __future__ import annotations
 
+import logging
 import os
 import string
 from typing import Any
@@ -24,7 +25,9 @@ import httpx
 from gymnasium import spaces
 
 from envs.adapters import AdapterUnavailable
-from envs.household.splits import SPLIT_OFFSETS, check_split
+from envs.household.splits import SPLIT_OFFSETS, check_split, task_id_of_index
+
+log = logging.getLogger(__name__)
 
 WEBSHOP_GOALS = 12_087  # goals with human instructions in WebShop's full data (items_human_ins.json)
 SPLIT_RANGES = {"test": 500, "valid": 1000}  # sessions per split; train runs from its offset to num_goals
@@ -89,7 +92,7 @@ class WebShopServerEnv(gym.Env[str, str]):
             raise ValueError(f"unknown reset options {sorted(unknown)}; valid: task_id, split, index")
         split = check_split(options.get("split", self.split))
         if "index" in options and "task_id" not in options:  # the global-index form every alprl env accepts
-            options["task_id"] = options["index"] - SPLIT_OFFSETS[split]
+            options["task_id"] = task_id_of_index(split, options["index"])
         task_id = options.get("task_id")
         if task_id is None:
             size = SPLIT_RANGES.get(split, self.num_goals - SPLIT_OFFSETS["train"])
@@ -150,7 +153,7 @@ class WebShopServerEnv(gym.Env[str, str]):
         if self._env_idx is not None:
             try:
                 self._call("POST", "/close", json={"env_idx": self._env_idx})
-            except RuntimeError:
-                pass  # the server is gone: nothing left to close there
+            except RuntimeError as exc:  # closing must not fail; a server that is gone has nothing left to close
+                log.warning("WebShopServerEnv.close: env %d not closed on the server: %s", self._env_idx, exc)
             self._env_idx = None
         self._http.close()
