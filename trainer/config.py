@@ -152,6 +152,9 @@ class AlgoConfig:
     """Dual-clip constant c > 1 for negative advantages."""
     loss_agg: str = "token-mean"
     """token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm."""
+    loss_agg_norm_len: int = 0
+    """T_norm of seq-mean-token-sum-norm (Dr.GRPO): each sequence's token sum is divided by this constant, then
+    averaged over sequences; 0: rollout.max_response_tokens (a constant, unlike the padded width)."""
     adv_norm_by_std: bool = True
     """GRPO: divide group-centred rewards by the group std (false = Dr.GRPO)."""
     adv_leave_one_out: bool = False

@@ -19,8 +19,20 @@ detached weights `w` and a rejection mask `m′ = m ⊙ keep`; the loss is `agg(
 - Tokens whose old or rollout log-prob is non-finite are removed from m′ for every correction (counted
   as `rollout_corr/nonfinite_tokens`), reference §7 pitfall 2.
 
-Metric keys mirror verl (`rollout_corr/rollout_is_*`, `rollout_rs_*`, veto and batch-norm keys) plus
-`rollout_corr/masked_frac` (pitfall 7) and `rollout_corr/weight_mean`.
+Metrics (`rollout_corr/*`), two families with verl's statistic names:
+- `rollout_is_*` (mean, std, min, max, eff_sample_size, ratio_fraction_high/low at C and 1/C, and the
+  per-sequence `rollout_is_seq_*`) describe the weights **applied in the loss**: the final w (after
+  truncation, masking, veto and batch norm) over the tokens of m′, i.e. those that enter the loss
+  (paper-MIS masked tokens stay in m′ with w = 0). So rollout_is_max ≤ C under TIS or verl-MIS without
+  batch norm. Departure: verl 0.8 (`rollout_corr_helper.compute_is_metrics`) computes these names before
+  truncation, rejection and batch norm; here that value is under `raw_ratio_*`.
+- `raw_ratio_*` (same statistics, `raw_ratio_seq_*` per sequence) describe the raw value v before
+  truncation or masking, over m: how heavy the mismatch tail is and how often the bounds act. Seq/geo
+  max/min and high/low fractions are taken per row in log space on the unclamped value; the ESS is verl's
+  pre-truncation form (v clamped to [1/C, C]). `trainer/mismatch_metrics.py` `ratio/mis_*` are raw too.
+- `rollout_rs_*` / `rollout_is_masked_fraction` (rejection/mask fractions), veto and batch-norm keys as
+  verl, plus `masked_frac` (pitfall 7) and `weight_mean` (= mean of the applied w over m′, also without
+  a correction).
 
 Legend: B trajectories, T response positions.
 """
@@ -130,7 +142,7 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
         else:
             weights, keep = v.clamp(max=upper) * band, keep * band
     if correction != "none" and m.any():
-        metrics |= is_weight_metrics(v, row, m, upper)
+        metrics |= raw_ratio_metrics(v, row, m, upper)
     if corr_veto:
         weights, keep, veto_metrics = _veto(delta, m, weights, keep, corr_veto_threshold, mis_semantics)
         metrics |= veto_metrics
@@ -139,6 +151,8 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
         metrics["rollout_corr/rollout_is_batch_norm_factor"] = factor
     weights = weights * keep
     metrics["rollout_corr/weight_mean"] = masked_mean(weights, keep).item()
+    if correction != "none" and keep.any():
+        metrics |= applied_weight_metrics(weights, keep, upper)
     return Correction(weights=weights.detach(), keep=keep, metrics=metrics)
 
 
@@ -183,38 +197,63 @@ def _batch_normalize(weights: Tensor, keep: Tensor, level: str) -> tuple[Tensor,
     return weights, 1.0
 
 
-def is_weight_metrics(v: Tensor, row_log_v: Tensor | None, m: Tensor, upper: float) -> dict[str, float]:
-    """verl's IS statistics of the pre-truncation value v (B, T), thresholds C and 1/C.
+def _seq_stats(seq: Tensor, upper: float, prefix: str) -> dict[str, float]:
+    """Statistics of per-sequence mean weights (B′,), thresholds C and 1/C."""
+    return {f"{prefix}_seq_mean": seq.mean().item(),
+            f"{prefix}_seq_std": seq.std().item() if seq.numel() > 1 else 0.0,
+            f"{prefix}_seq_max": seq.max().item(), f"{prefix}_seq_min": seq.min().item(),
+            f"{prefix}_seq_max_deviation": (seq - 1.0).abs().max().item(),
+            f"{prefix}_seq_fraction_high": (seq > upper).float().mean().item(),
+            f"{prefix}_seq_fraction_low": (seq < 1.0 / upper).float().mean().item()}
+
+
+def applied_weight_metrics(weights: Tensor, keep: Tensor, upper: float) -> dict[str, float]:
+    """`rollout_corr/rollout_is_*`: the weights w (B, T) the loss applies, over the tokens of m′ = keep (B, T).
+
+    Token-weighted mean/std (population)/min/max, ESS 1/mean((w/mean w)²) (verl's form, 0 when every
+    weight is 0), fractions above C and below 1/C; per-sequence means of w over each non-empty row of m′.
+    """
+    valid = keep > 0
+    w = weights[valid].double()  # (N′,)
+    mean = w.mean()
+    out = {"rollout_is_mean": mean.item(), "rollout_is_max": w.max().item(), "rollout_is_min": w.min().item(),
+           "rollout_is_std": (w.square().mean() - mean.square()).clamp(min=0).sqrt().item(),
+           "rollout_is_eff_sample_size": (1.0 / (w / mean).square().mean()).item() if mean > 0 else 0.0,
+           "rollout_is_ratio_fraction_high": (w > upper).double().mean().item(),
+           "rollout_is_ratio_fraction_low": (w < 1.0 / upper).double().mean().item()}
+    rows = valid.any(-1)  # (B,)
+    seq = (weights.double() * keep).sum(-1)[rows] / keep.sum(-1)[rows]  # (B′,) mean applied weight per row
+    out |= _seq_stats(seq, upper, "rollout_is")
+    return {f"rollout_corr/{key}": value for key, value in out.items()}
+
+
+def raw_ratio_metrics(v: Tensor, row_log_v: Tensor | None, m: Tensor, upper: float) -> dict[str, float]:
+    """`rollout_corr/raw_ratio_*`: the value v (B, T) before truncation or masking, over m (B, T).
 
     row_log_v: (B,) unclamped per-row log v at seq/geo level (None at token level): max/min and the
-    high/low fractions then use it in log space, over non-empty rows.
+    high/low fractions then use it in log space, over non-empty rows. The ESS is verl's pre-truncation
+    form (v clamped to [1/C, C] before squaring); std is the population std of v.
     """
     lower = 1.0 / upper
     valid = m > 0
     rows = m.sum(-1) > 0  # (B,)
-    out = {"rollout_is_mean": masked_mean(v, m).item()}
+    mean = masked_mean(v, m)
+    out = {"raw_ratio_mean": mean.item(),
+           "raw_ratio_std": (masked_mean(v.square(), m) - mean.square()).clamp(min=0).sqrt().item()}
     if row_log_v is None:
-        out["rollout_is_max"] = v[valid].max().item()
-        out["rollout_is_min"] = v[valid].min().item()
-        out["rollout_is_ratio_fraction_high"] = masked_mean((v > upper).float(), m).item()
-        out["rollout_is_ratio_fraction_low"] = masked_mean((v < lower).float(), m).item()
+        out["raw_ratio_max"] = v[valid].max().item()
+        out["raw_ratio_min"] = v[valid].min().item()
+        out["raw_ratio_fraction_high"] = masked_mean((v > upper).float(), m).item()
+        out["raw_ratio_fraction_low"] = masked_mean((v < lower).float(), m).item()
     else:
         lv = row_log_v[rows]
-        out["rollout_is_max"] = math.exp(min(lv.max().item(), LOG_RATIO_CLAMP))
-        out["rollout_is_min"] = math.exp(max(lv.min().item(), -LOG_RATIO_CLAMP))
-        out["rollout_is_ratio_fraction_high"] = (lv > math.log(upper)).float().mean().item()
-        out["rollout_is_ratio_fraction_low"] = (lv < math.log(lower)).float().mean().item()
+        out["raw_ratio_max"] = math.exp(min(lv.max().item(), LOG_RATIO_CLAMP))
+        out["raw_ratio_min"] = math.exp(max(lv.min().item(), -LOG_RATIO_CLAMP))
+        out["raw_ratio_fraction_high"] = (lv > math.log(upper)).float().mean().item()
+        out["raw_ratio_fraction_low"] = (lv < math.log(lower)).float().mean().item()
     clamped = v.clamp(lower, upper)  # verl clamps to [1/C, C] before squaring
-    mean_c = masked_mean(clamped, m)
-    var = masked_mean(clamped.square(), m) - mean_c.square()
-    out["rollout_is_std"] = var.clamp(min=0).sqrt().item() if m.sum() > 1 else 0.0
-    out["rollout_is_eff_sample_size"] = 1.0 / masked_mean((clamped / (mean_c + 1e-8)).square(), m).item()
-    seq = (v * m).sum(-1)[rows] / m.sum(-1)[rows]  # (B',) per-sequence mean weight
-    out["rollout_is_seq_mean"] = seq.mean().item()
-    out["rollout_is_seq_std"] = seq.std().item() if seq.numel() > 1 else 0.0
-    out["rollout_is_seq_max"] = seq.max().item()
-    out["rollout_is_seq_min"] = seq.min().item()
-    out["rollout_is_seq_max_deviation"] = (seq - 1.0).abs().max().item()
-    out["rollout_is_seq_fraction_high"] = (seq > upper).float().mean().item()
-    out["rollout_is_seq_fraction_low"] = (seq < lower).float().mean().item()
+    out["raw_ratio_eff_sample_size"] = 1.0 / masked_mean((clamped / (masked_mean(clamped, m) + 1e-8)).square(),
+                                                         m).item()
+    seq = (v * m).sum(-1)[rows] / m.sum(-1)[rows]  # (B′,) per-sequence mean value
+    out |= _seq_stats(seq, upper, "raw_ratio")
     return {f"rollout_corr/{key}": value for key, value in out.items()}

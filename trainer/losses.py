@@ -70,7 +70,8 @@ def aggregate(per_token: Tensor, mask: Tensor, mode: str = "token-mean", *, n_to
     """Reduce a (B, T) loss to a scalar (reference/algorithms.md §2.3).
 
     `n_tokens` / `n_seqs` are the mini-batch denominators when a mini-batch is split into micro-batches
-    (so micro-batching cannot change the loss); by default the tensor's own counts are used.
+    (so micro-batching cannot change the loss); by default the tensor's own counts are used. `norm_len`
+    is seq-mean-token-sum-norm's constant T_norm (the configured max response length).
     Empty rows (no valid token) never count.
     """
     if per_token.shape != mask.shape:
@@ -88,8 +89,11 @@ def aggregate(per_token: Tensor, mask: Tensor, mode: str = "token-mean", *, n_to
     if mode == "seq-mean-token-sum":
         return ((per_token * mask).sum(-1) * nonempty).sum() / seqs
     if mode == "seq-mean-token-sum-norm":
-        if not norm_len:
-            raise ValueError("aggregate: mode 'seq-mean-token-sum-norm' needs norm_len (the max response length)")
+        # Dr.GRPO (arXiv 2503.20783; reference §2.3): token sums over a constant length, then the mean over
+        # sequences; verl 0.8 agg_loss omits the 1/B′, so its scale would grow with the batch
+        if not norm_len or norm_len <= 0:
+            raise ValueError("aggregate: mode 'seq-mean-token-sum-norm' needs norm_len > 0 (the configured max "
+                             f"response length), got {norm_len}")
         return ((per_token * mask).sum(-1) * nonempty).sum() / (seqs * norm_len)
     raise ValueError(f"aggregate: unknown mode {mode!r}; valid: {', '.join(AGG_MODES)}")
 

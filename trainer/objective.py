@@ -8,7 +8,9 @@ fields only (presets fill them; nothing branches on a preset's name):
   w and rejection mask m′ (`trainer/corrections.py`) stored on the batch as `corr_weights` / `corr_keep`.
 - `denominators(batch, rows)`: the mini-batch token / sequence counts over m′, so verl-semantics MIS
   rejections leave the denominator and micro-batching cannot change the loss.
-- `micro_batch_objective(...)`: the scalar loss of one micro-batch and its metrics.
+- `micro_batch_objective(...)`: the scalar loss of one micro-batch and its metrics. Dr.GRPO's
+  seq-mean-token-sum-norm divides by a constant T_norm (`norm_len`, else `algo.loss_agg_norm_len`;
+  the caller resolves 0 to rollout.max_response_tokens), never by the batch's padded width.
 
 Flat loss hyperparameters are taken *by name* from `AlgoConfig` (`loss_kwargs`): a registry entry's
 keyword `clip_low` receives `algo.clip_low`, and so on.
@@ -70,39 +72,65 @@ def denominators(batch: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.
     return mask.sum().clamp(min=1.0), (mask.sum(-1) > 0).sum().clamp(min=1).float()
 
 
-def _micro_correction(algo: AlgoConfig, sub: Batch) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """(weights or None, m′) of a micro-batch: the prepared ones, else computed on the micro-batch.
+def _micro_correction(algo: AlgoConfig, sub: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights, m′) of a micro-batch: the prepared ones, else computed on the micro-batch.
 
     Per-row corrections are pure functions of each row, so computing them here is exact; only batch
-    normalization needs the whole rollout batch.
+    normalization needs the whole rollout batch, and verl-semantics rejection needs m′ before the
+    mini-batch denominators are counted (`denominators` reads m when nothing was prepared).
     """
     weights, keep = getattr(sub, "corr_weights", None), getattr(sub, "corr_keep", None)
     if keep is None:
         if algo.corr_batch_norm:
             raise ValueError("algo.corr_batch_norm needs prepare_corrections(algo, batch) once per rollout batch")
+        if algo.mis_semantics == "verl" and (algo.correction == "mis" or algo.corr_veto):
+            raise ValueError("algo.mis_semantics=verl rejects tokens, which must leave the mini-batch "
+                             "denominators: call prepare_corrections(algo, batch) once per rollout batch first")
         corr = compute_correction(sub.old_logp, sub.rollout_logp, sub.loss_mask, **correction_kwargs(algo))
         weights, keep = corr.weights, corr.keep
-    return (None if algo.correction == "none" else weights), keep
+    # always applied: without a correction w is 1 on m′ (an exact no-op), except that a paper-semantics
+    # veto zeroes its rows through w, which must then reach the loss
+    return weights, keep
+
+
+def agg_norm_len(algo: AlgoConfig, norm_len: int | None = None) -> int | None:
+    """T_norm of seq-mean-token-sum-norm: `norm_len` if given, else `algo.loss_agg_norm_len`; None otherwise.
+
+    The constant must be resolved by the caller that sees the whole config (0 in AlgoConfig means
+    rollout.max_response_tokens), so a missing one is an error, never the padded width of the batch.
+    """
+    if algo.loss_agg != "seq-mean-token-sum-norm":
+        return None
+    value = norm_len if norm_len else algo.loss_agg_norm_len
+    if not value or value <= 0:
+        raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs a constant T_norm: set "
+                         "algo.loss_agg_norm_len > 0, or pass norm_len=rollout.max_response_tokens to the objective "
+                         f"(got norm_len={norm_len}, algo.loss_agg_norm_len={algo.loss_agg_norm_len})")
+    return int(value)
 
 
 def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entropy: torch.Tensor, *,
-                          n_tokens: torch.Tensor, n_seqs: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+                          n_tokens: torch.Tensor, n_seqs: torch.Tensor,
+                          norm_len: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss of one micro-batch (its share of the mini-batch loss) and its metrics.
 
     logp, entropy: (b, T) from the update forward (perturbed for ALP); `sub` carries old_logp,
     rollout_logp, advantages, loss_mask (b, T) and, once prepared, corr_weights / corr_keep.
-    `n_tokens` / `n_seqs` are the mini-batch denominators over m′ (`denominators`).
+    `n_tokens` / `n_seqs` are the mini-batch denominators over m′ (`denominators`). `norm_len` is
+    seq-mean-token-sum-norm's T_norm (`agg_norm_len`: falls back to `algo.loss_agg_norm_len`).
     """
     required = REQUIRED_AGG.get(algo.policy_loss)
     if required and algo.loss_agg != required:
         raise ValueError(f"policy loss {algo.policy_loss!r} needs algo.loss_agg={required}, got {algo.loss_agg}")
+    t_norm = agg_norm_len(algo, norm_len)
     loss_fn = get_policy_loss(algo.policy_loss)
     weights, keep = _micro_correction(algo, sub)
     old = masked_fill_zero(sub.old_logp, keep)  # non-finite log-probs of rejected tokens never reach the loss
     rollout = masked_fill_zero(sub.rollout_logp, keep)
     per_token, metrics = loss_fn(logp, old, rollout, sub.advantages, keep, weights=weights, **loss_kwargs(algo))
-    loss = aggregate(per_token, keep, algo.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs)
+    agg = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": t_norm}  # mini-batch denominators
+    loss = aggregate(per_token, keep, algo.loss_agg, **agg)
     if algo.entropy_coef:
-        loss = loss - algo.entropy_coef * aggregate(entropy, keep, algo.loss_agg, n_tokens=n_tokens, n_seqs=n_seqs)
+        loss = loss - algo.entropy_coef * aggregate(entropy, keep, algo.loss_agg, **agg)
     metrics["entropy_update"] = masked_mean(entropy.detach(), sub.loss_mask).item()
     return loss, metrics

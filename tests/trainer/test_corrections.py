@@ -33,12 +33,17 @@ def test_tis_token_hand_computed():
     corr = compute_correction(old, rollout, mask, correction="tis", corr_level="token", corr_upper=2.0)
     assert torch.allclose(corr.weights, torch.tensor([[2.0, 0.5, 1.0]]), atol=1e-6)
     assert torch.equal(corr.keep, mask)
-    m = corr.metrics  # verl IS metrics, pre-truncation, thresholds C = 2 and 1/C = 0.5
-    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(1.5)  # (3 + 0.5 + 1) / 3
-    assert m["rollout_corr/rollout_is_max"] == pytest.approx(3.0)
-    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3)
-    assert m["rollout_corr/rollout_is_ratio_fraction_low"] == 0.0  # 0.5 < 0.5 is false
+    m = corr.metrics  # raw_ratio_*: v before truncation, thresholds C = 2 and 1/C = 0.5
+    assert m["rollout_corr/raw_ratio_mean"] == pytest.approx(1.5)  # (3 + 0.5 + 1) / 3
+    assert m["rollout_corr/raw_ratio_max"] == pytest.approx(3.0)
+    assert m["rollout_corr/raw_ratio_fraction_high"] == pytest.approx(1 / 3)
+    assert m["rollout_corr/raw_ratio_fraction_low"] == 0.0  # 0.5 < 0.5 is false
     # ESS: clamp → [2, 0.5, 1], mean 7/6, normalized [12/7, 3/7, 6/7], mean of squares 189/147 → 147/189
+    assert m["rollout_corr/raw_ratio_eff_sample_size"] == pytest.approx(147 / 189, rel=1e-5)
+    # rollout_is_*: the applied w = [2, 0.5, 1]: mean 7/6, max 2, none above C; same ESS (no clamp bites)
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(7 / 6)
+    assert m["rollout_corr/rollout_is_max"] == pytest.approx(2.0)
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == 0.0
     assert m["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(147 / 189, rel=1e-5)
 
 
@@ -51,9 +56,12 @@ def test_tis_seq_and_geo_hand_computed():
     # geo: row 0 → e^{ln 2} = 2; row 1 → e^{(ln 4 + ln 2)/2} = √8 = 2.8284
     geo = compute_correction(old, zeros, ones, correction="tis", corr_level="geo", corr_upper=5.0)
     assert torch.allclose(geo.weights, torch.tensor([[2.0, 2.0], [8**0.5, 8**0.5]]), atol=1e-5)
-    # seq-level IS metrics in log space over rows: max = 8 (pre-truncation), fraction above 5 = 1/2
-    assert seq.metrics["rollout_corr/rollout_is_max"] == pytest.approx(8.0, rel=1e-5)
-    assert seq.metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
+    # raw seq-level value in log space over rows: max = 8 (pre-truncation), fraction above 5 = 1/2;
+    # applied weights [4, 5]: max 5, none above C
+    assert seq.metrics["rollout_corr/raw_ratio_max"] == pytest.approx(8.0, rel=1e-5)
+    assert seq.metrics["rollout_corr/raw_ratio_fraction_high"] == pytest.approx(0.5)
+    assert seq.metrics["rollout_corr/rollout_is_max"] == pytest.approx(5.0, rel=1e-5)
+    assert seq.metrics["rollout_corr/rollout_is_ratio_fraction_high"] == 0.0
 
 
 def test_mis_paper_vs_verl_semantics_differ_as_reference_3_2():
@@ -224,8 +232,55 @@ def test_micro_batching_matches_the_whole_batch(preset):
 
 
 def test_objective_refuses_gspo_with_another_aggregation():
-    algo = build_config(None, ["algorithm=gspo", "algo.loss_agg=token-mean"]).algo
+    algo = AlgoConfig(policy_loss="gspo", loss_agg="token-mean")  # built directly: the objective's own guard
     batch, logp = _random_batch()
     with pytest.raises(ValueError, match="seq-mean-token-mean"):
         micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=torch.tensor(1.0),
                               n_seqs=torch.tensor(1.0))
+
+
+# ------------------------------------------------------- metrics: applied weights vs raw ratio
+
+
+def test_rollout_is_metrics_describe_applied_weights_under_a_heavy_tail():
+    # token TIS, C = 2: v = [1e6, 1, 1, 0.5] → applied w = [2, 1, 1, 0.5]
+    # raw: mean (1e6 + 2.5)/4 = 250000.625, max 1e6; applied: mean 4.5/4 = 1.125 ≤ C, max 2, min 0.5
+    old, rollout, mask = _token_case([1e6, 1.0, 1.0, 0.5])
+    m = compute_correction(old, rollout, mask, correction="tis", corr_upper=2.0).metrics
+    assert m["rollout_corr/raw_ratio_mean"] == pytest.approx(250000.625, rel=1e-5)
+    assert m["rollout_corr/raw_ratio_max"] == pytest.approx(1e6, rel=1e-5)
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(1.125, rel=1e-6)
+    assert m["rollout_corr/rollout_is_max"] == pytest.approx(2.0) and m["rollout_corr/rollout_is_min"] == 0.5
+    # applied std: E[w²] = (4 + 1 + 1 + 0.25)/4 = 1.5625, minus 1.125² = 1.265625 → √0.296875
+    assert m["rollout_corr/rollout_is_std"] == pytest.approx(0.296875**0.5, rel=1e-5)
+    # one row: its mean applied weight is the token mean; the raw row mean is the huge one
+    assert m["rollout_corr/rollout_is_seq_mean"] == pytest.approx(1.125, rel=1e-6)
+    assert m["rollout_corr/raw_ratio_seq_mean"] == pytest.approx(250000.625, rel=1e-5)
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(m["rollout_corr/weight_mean"])
+
+
+def test_rollout_is_metrics_cover_only_what_enters_the_loss():
+    # seq level, C = 5: row 0 S = 2·ln 1e3 → v = 1e6; row 1 S = 0 → v = 1
+    old = torch.tensor([[LN(1e3), LN(1e3)], [0.0, 0.0]])
+    zeros, ones = torch.zeros(2, 2), torch.ones(2, 2)
+    kw = dict(correction="mis", corr_level="seq", corr_upper=5.0, corr_lower=0.0)
+    # verl MIS rejects row 0 (leaves m′): the applied weights are row 1's only → mean = max = 1
+    verl = compute_correction(old, zeros, ones, mis_semantics="verl", **kw).metrics
+    assert verl["rollout_corr/rollout_is_mean"] == pytest.approx(1.0)
+    assert verl["rollout_corr/rollout_is_max"] == pytest.approx(1.0)
+    assert verl["rollout_corr/rollout_is_seq_mean"] == pytest.approx(1.0)
+    assert verl["rollout_corr/raw_ratio_max"] == pytest.approx(1e6, rel=1e-5)
+    assert verl["rollout_corr/raw_ratio_fraction_high"] == pytest.approx(0.5)
+    # paper MIS keeps row 0 in m′ with w = 0: applied mean (0 + 0 + 1 + 1)/4 = 0.5, min 0, seq mean (0 + 1)/2
+    paper = compute_correction(old, zeros, ones, mis_semantics="paper", **kw).metrics
+    assert paper["rollout_corr/rollout_is_mean"] == pytest.approx(0.5)
+    assert paper["rollout_corr/rollout_is_min"] == 0.0
+    assert paper["rollout_corr/rollout_is_max"] == pytest.approx(1.0)
+    assert paper["rollout_corr/rollout_is_seq_mean"] == pytest.approx(0.5)
+    assert paper["rollout_corr/rollout_is_ratio_fraction_low"] == pytest.approx(0.5)  # w = 0 < 1/C on row 0
+    # TIS with batch norm: applied [5, 5, 1, 1] / 3 (mean over rows (5 + 1)/2) → token mean 1, max 5/3
+    tis = compute_correction(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0,
+                             corr_batch_norm=True).metrics
+    assert tis["rollout_corr/rollout_is_mean"] == pytest.approx(1.0)
+    assert tis["rollout_corr/rollout_is_max"] == pytest.approx(5 / 3)
+    assert tis["rollout_corr/raw_ratio_mean"] == pytest.approx((2e6 + 2) / 4, rel=1e-5)

@@ -101,6 +101,17 @@ def acceptance_threshold(k: int, start: float, end: float, anneal_steps: int) ->
     return start + (end - start) * frac
 
 
+def accepts(t_post: float, threshold: float) -> bool:
+    """MIPU step 2: keep the candidate iff T̂ ≥ −c(k) (arXiv 2606.29526; reference §3.6).
+
+    Sign: with group-centred Â, mean_i(ρ_i Â_i) over samples of μ estimates E_π[Â] while E_μ[Â] ≈ 0, so
+    T̂ ≈ E_μ[Â] − E_π[Â] (the J(μ_{k+1}) − J(π_{k+1}) bracket): T̂ > 0 when the deployed μ_{k+1} puts more
+    weight on positive-advantage responses than the trainer π_{k+1}; a candidate is rejected only when
+    the deployed policy trails the trainer's by more than c.
+    """
+    return t_post >= -threshold
+
+
 @torch.no_grad()
 def gap_proxy(new_logp: Tensor, rollout_logp: Tensor, mask: Tensor, adv: Tensor) -> tuple[float, dict[str, float]]:
     """T̂ = −mean_i(ρ_i Â_i), ρ_i = exp⟦(1/n_i) Σ_t m (log π_{k+1} − log μ_{k+1})⟧ (length-normalized).
