@@ -35,11 +35,17 @@ class ServerStartError(RuntimeError):
 class ServerProcess:
     """Handle to a started server: its URL and process (tests use `.proc.pid`, `.output_tail()`)."""
 
-    def __init__(self, proc: subprocess.Popen, url: str, tail: deque):
-        self.proc, self.url, self._tail = proc, url, tail
+    def __init__(self, proc: subprocess.Popen, url: str, tail: deque, closed: threading.Event):
+        self.proc, self.url, self._tail, self._closed = proc, url, tail, closed
 
     def output_tail(self) -> str:
+        """The last 60 lines the server and its zygotes wrote (stdout and stderr together)."""
         return "".join(self._tail)
+
+    def wait_output_closed(self, timeout_s: float) -> bool:
+        """Wait until every process writing to the output pipe has exited: the server and, since they inherit
+        its stderr, every zygote. True if that happened within `timeout_s`."""
+        return self._closed.wait(timeout_s)
 
 
 def _env_for(settings: dict) -> dict[str, str]:
@@ -52,13 +58,14 @@ def _env_for(settings: dict) -> dict[str, str]:
     return env
 
 
-def _pump_output(stream, tail: deque, ready: list, event: threading.Event) -> None:
+def _pump_output(stream, tail: deque, ready: list, event: threading.Event, closed: threading.Event) -> None:
     for line in stream:
         tail.append(line)
         if line.startswith(READY_PREFIX) and not ready:
             ready.append(line[len(READY_PREFIX):].strip())
             event.set()
     event.set()
+    closed.set()
 
 
 @contextlib.contextmanager
@@ -70,11 +77,11 @@ def start_server(host: str = "127.0.0.1", port: int = 0, *, timeout_s: float = 6
                             stdin=subprocess.DEVNULL, text=True, start_new_session=True)
     tail: deque = deque(maxlen=60)
     ready: list[str] = []
-    seen = threading.Event()
-    threading.Thread(target=_pump_output, args=(proc.stdout, tail, ready, seen), daemon=True).start()
+    seen, closed = threading.Event(), threading.Event()
+    threading.Thread(target=_pump_output, args=(proc.stdout, tail, ready, seen, closed), daemon=True).start()
     try:
         url = _wait_ready(proc, ready, seen, tail, timeout_s)
-        yield ServerProcess(proc, url, tail)
+        yield ServerProcess(proc, url, tail, closed)
     finally:
         _stop(proc)
 

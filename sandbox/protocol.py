@@ -91,8 +91,16 @@ def send(sock: socket.socket, kind: str, payload=None, fds: list[int] | tuple[in
 
 
 def recv(sock: socket.socket) -> tuple[str, object, list[int]]:
-    """Receive one message; raises EOFError when the peer closed the socket."""
-    data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+    """Receive one message; raises EOFError when the peer closed the socket.
+
+    A peer that closes while a message to it is still unread (e.g. a process exiting while its thread that would
+    read a zygote's "ready" is frozen by interpreter shutdown) makes Linux report ECONNRESET instead of EOF; it
+    is the same end of the conversation, so it raises EOFError too.
+    """
+    try:
+        data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+    except ConnectionResetError as exc:
+        raise EOFError("control socket closed by peer (with a message it had not read)") from exc
     if not data:
         for fd in fds:
             _close_quietly(fd)

@@ -13,6 +13,9 @@ namespace where the kernel allows it.
 Run lifecycle: fork → child sets itself up (`sandbox.child`) → wait for exit, a "kill" message or the wall-clock
 deadline → kill the whole tree → reap → optional fetch helper (as the run's uid) → delete the workdir and wipe the
 private tmp dirs → ``("exited", RunReport)``. A "session" zygote does the same for one long-lived interpreter.
+
+A zygote ends on ``("exit", None)`` or when its server closes the control socket (shut down or died, whether or
+not it read our last report): a normal end, printed nowhere.
 """
 
 from __future__ import annotations
@@ -165,7 +168,7 @@ class Zygote:
         while True:
             try:
                 kind, payload, fds = recv(self.sock)
-            except EOFError:
+            except EOFError:  # the server closed its end (shut down or died): a normal end, said nowhere
                 return 0
             if kind == "run":
                 self.run(payload, fds)
@@ -383,7 +386,10 @@ def _setup_error(setup_r: int, rc: int, reason: str | None) -> str:
 
 def main(fd: int) -> int:
     sock = socket.socket(fileno=fd)
-    kind, config, _ = recv(sock)
+    try:
+        kind, config, _ = recv(sock)
+    except EOFError:  # the server went away before sending the config: nothing to serve, nothing to report
+        return 0
     if kind != "config":
         _log(f"expected a config message, got {kind!r}")
         return 2
