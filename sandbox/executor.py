@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 
 from sandbox import _linux
 from sandbox.protocol import Limits, RunSpec, ZygoteConfig
-from sandbox.settings import Settings, SettingsError
+from sandbox.sessions import LocalSession, SessionManager
+from sandbox.settings import Settings, SettingsError, tier_of
 from sandbox.types import ExecutionResult
 from sandbox.worker import RawRun, WorkerFailure, ZygoteProcess
 
@@ -80,12 +81,6 @@ def limits_for(s: Settings, req: RunRequest) -> Limits:
         min(max(int(req.memory_limit_mb), 32), s.max_memory_mb)
     return Limits(timeout_s=timeout, memory_mb=memory, max_file_mb=s.max_file_mb, max_open_files=s.max_open_files,
                   max_processes=s.max_processes, cpu_s=math.ceil(timeout) + 1)
-
-
-def tier_of(layers: set[str] | frozenset[str]) -> str:
-    if {"net", "pid", "mount"} <= set(layers):
-        return "T2"
-    return "T1" if "uid" in layers else "T0"
 
 
 def to_result(raw: RawRun) -> ExecutionResult:
@@ -311,7 +306,7 @@ def check_uids_unused(uids: set[int], *, fatal: bool) -> None:
     log.warning("%s — harmless with PID namespaces, but RLIMIT_NPROC is shared", msg)
 
 
-# ---- in-process convenience API (issue 2's interface) ------------------------------------------------------
+# ---- in-process API: code runs without a server (`make_runner(None)`, tests, benches) -------------------------
 _shared: dict[int, Pool] = {}
 _shared_lock = threading.Lock()
 
@@ -328,6 +323,23 @@ def shared_pool() -> Pool:
             pool = _shared[os.getpid()] = Pool(settings, allow_unsafe=True)
             atexit.register(pool.close)
         return pool
+
+
+_shared_manager: dict[int, SessionManager] = {}
+_shared_manager_lock = threading.Lock()
+
+
+def shared_session_manager() -> SessionManager:
+    """Process-wide manager for `LocalExecutor.session()`; uses the uids after the shared pool's slots."""
+    pool = shared_pool()
+    with _shared_manager_lock:
+        manager = _shared_manager.get(os.getpid())
+        if manager is None:
+            s = pool.settings
+            manager = SessionManager(s, uid_start=s.uid_base + s.worker_count if pool.uses_uid else None)
+            _shared_manager[os.getpid()] = manager
+            atexit.register(manager.close)
+        return manager
 
 
 def execute(code: str, *, timeout_s: float = 3.0, memory_limit_mb: int = 1024, stdin: str = "",
@@ -352,8 +364,6 @@ class LocalExecutor:
 
     def session(self):
         """A persistent interpreter (see `sandbox.client` for the session API); never raises."""
-        from sandbox.sessions import LocalSession, shared_session_manager
-
         return LocalSession(shared_session_manager())
 
     def close(self) -> None:

@@ -9,7 +9,6 @@ Idle sessions are deleted after `session_ttl_s`; at most `max_sessions` exist at
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import secrets
@@ -17,9 +16,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from sandbox.executor import tier_of
 from sandbox.protocol import Limits, SessionSpec, ZygoteConfig, send
-from sandbox.settings import Settings
+from sandbox.settings import Settings, tier_of
 from sandbox.types import ExecutionResult
 from sandbox.worker import Capture, Pump, WorkerFailure, ZygoteProcess
 
@@ -262,22 +260,3 @@ class LocalSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-_shared_manager: dict[int, SessionManager] = {}
-_shared_lock = threading.Lock()
-
-
-def shared_session_manager() -> SessionManager:
-    """Process-wide manager for `LocalExecutor.session()`; uses the uids after the shared pool's slots."""
-    from sandbox.executor import shared_pool
-
-    pool = shared_pool()
-    with _shared_lock:
-        manager = _shared_manager.get(os.getpid())
-        if manager is None:
-            s = pool.settings
-            manager = SessionManager(s, uid_start=s.uid_base + s.worker_count if pool.uses_uid else None)
-            _shared_manager[os.getpid()] = manager
-            atexit.register(manager.close)
-        return manager

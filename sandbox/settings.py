@@ -16,6 +16,13 @@ LIGHT_PRELOAD = ("math", "cmath", "fractions", "decimal", "itertools", "functool
                  "bisect", "random", "re", "json", "string", "statistics", "operator", "typing", "dataclasses")
 
 
+def tier_of(layers: set[str] | frozenset[str]) -> str:
+    """Isolation tier of the active layers: T2 with net, pid and mount; T1 with the uid switch; else T0."""
+    if {"net", "pid", "mount"} <= set(layers):
+        return "T2"
+    return "T1" if "uid" in layers else "T0"
+
+
 class SettingsError(ValueError):
     """A setting has a bad value; the message names the variable and what to do."""
 
