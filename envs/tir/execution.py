@@ -8,7 +8,8 @@ Execution modes:
   its first run. If the marker is missing from stdout (a replayed block failed, timed out or flooded the
   output) the new block is re-run stateless and the caller flags `replay_failed`.
 - `session` (persistent interpreter through the sandbox's session API) is not offered: the `CodeRunner`
-  protocol has no session capability yet (issue 3 adds the HTTP sandbox).
+  protocol does not declare `session()` (`LocalExecutor` and `SandboxClient` have it, other runners need not), so
+  the env would have to probe its runner for it.
 
 Every block is run with `exec(compile(src, "<string>", "exec"))`, as `python -c` would, so error lines
 (the last stderr line) read the same in both modes.

@@ -1,4 +1,4 @@
-"""Executor core without HTTP: the in-process API (issue 2's interface), result mapping, routing, recycling."""
+"""Executor core without HTTP: the in-process API (`execute`, `LocalExecutor`), result mapping, routing, recycling."""
 
 from __future__ import annotations
 
