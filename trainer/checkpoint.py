@@ -3,13 +3,19 @@
 Layout: `<run>/checkpoints/step_<k>/` holds a Hugging Face model directory (safetensors weights, config,
 generation config, tokenizer: loadable by transformers and vLLM) plus `trainer_state.pt` (optimizer state,
 step, RNG states) for `--resume`. `<run>/checkpoints/latest` names the newest complete checkpoint; it is
-written last, so an interrupted save never becomes the resume point.
+written last (under a temporary name, then renamed), so an interrupted save never becomes the resume point.
+
+A save that does not fit on its disk raises CheckpointWriteError naming the directory, the free space and the
+bytes needed; its partial files are removed and `latest` still names the previous checkpoint.
 """
 
 from __future__ import annotations
 
+import errno
 import random
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +26,22 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from agents.models import save_pretrained
 
 STATE_FILE = "trainer_state.pt"
+FULL_BYTES = 2**20  # a write fails on a full disk with at most a few blocks left free
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint (or SFT resume point) did not fit on its disk; the message names the directory, the free space,
+    the bytes needed and the checkpoint that is kept. errno is ENOSPC; str() is the message alone."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return self.strerror
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
@@ -32,17 +50,91 @@ def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, toke
     root = checkpoint_dir(run_dir)
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}"
+    previous = latest_checkpoint(run_dir)
+    kept = (f"the previous checkpoint {previous} is kept and --resume continues from it" if previous else
+            "there is no earlier checkpoint to resume from")
+    partial = [tmp]
+
+    def remove_partial() -> None:
+        for path in partial:
+            shutil.rmtree(path, ignore_errors=True)
+        (root / "latest.tmp").unlink(missing_ok=True)
+
     shutil.rmtree(tmp, ignore_errors=True)
-    save_pretrained(model, tokenizer, tmp)
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": _rng_state(), "extra": extra or {}},
-               tmp / STATE_FILE)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    (root / "latest").write_text(final.name + "\n")
+    needed = tensor_bytes([model.state_dict(), optimizer.state_dict()])
+    with disk_full_as_error(root, f"checkpoint {final}", needed, kept, remove_partial):
+        save_pretrained(model, tokenizer, tmp)
+        torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": _rng_state(), "extra": extra or {}},
+                   tmp / STATE_FILE)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        partial[:] = [final]  # complete now, but removed too if `latest` cannot be made to name it
+        # Renamed over, not rewritten: truncating `latest` and then failing to write it would lose the resume point.
+        (root / "latest.tmp").write_text(final.name + "\n")
+        (root / "latest.tmp").replace(root / "latest")
+        partial.clear()
     steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
     for old in steps[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the distinct tensors in `obj` (nested dicts, lists, tuples): about what saving it writes."""
+    seen: dict[int, int] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            seen[value.untyped_storage().data_ptr() if value.numel() else id(value)] = value.nbytes
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                visit(item)
+
+    visit(obj)
+    return sum(seen.values())
+
+
+@contextmanager
+def disk_full_as_error(directory: Path, what: str, needed: int, kept: str,
+                       remove_partial: Callable[[], None]) -> Iterator[None]:
+    """Turn a write failure of `what` into CheckpointWriteError when the disk of `directory` is full.
+
+    torch.save reports a full disk as RuntimeError ("enforce fail ... unexpected pos") and safetensors as its own
+    error type, neither with an errno; so a failure also counts as a full disk when under FULL_BYTES were free
+    when it happened, or when, once `remove_partial()` has freed the partial files, less than `needed` bytes are
+    free. Any other failure propagates unchanged.
+    """
+    try:
+        yield
+    except CheckpointWriteError:  # from a nested save, already explained
+        raise
+    except Exception as exc:
+        existing = next(p for p in (directory, *directory.parents) if p.exists())  # (disk_usage needs one)
+        full = shutil.disk_usage(existing).free < FULL_BYTES
+        remove_partial()
+        free = shutil.disk_usage(existing).free
+        if not (full or free < needed or _is_enospc(exc)):
+            raise
+        raise CheckpointWriteError(
+            f"cannot write {what}: the disk is full ({_mb(free)} free in {directory}, about "
+            f"{_mb(needed)} needed); free space or set output_dir=<a directory on a larger disk>; {kept}") from exc
+
+
+def _is_enospc(exc: BaseException | None) -> bool:
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(exc):  # safetensors: "I/O error: No space left on device (os error 28)"
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

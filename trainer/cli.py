@@ -12,12 +12,19 @@ import json
 import os
 import signal
 import sys
+import threading
 
 from trainer.config import ConfigError, TrainConfig, algorithm_presets, build_config, field_docs, to_dict
 
 EPILOG = """overrides: dotted key=value pairs after the options, e.g.
   alprl train --config configs/demo.yaml optim.lr=1e-4 rollout.group_size=8 algorithm=grpo
-Show every key with its default and meaning: alprl train --help-config"""
+Show every key with its default and meaning: alprl train --help-config
+
+exit status: 0 done; 2 a bad config key or value, a missing file or server, or a full disk while saving a
+checkpoint; 3 the inference engine's process died; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
+ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
+EXIT_ENGINE_DIED = 3
 
 
 def _add_config_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
@@ -136,26 +143,126 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
+    from agents.engines.base import EngineDied
     from envs.adapters import AdapterUnavailable
+    from trainer.checkpoint import CheckpointWriteError
 
     try:
         return run_command(args, cfg)
-    except (AdapterUnavailable, ConfigError, FileNotFoundError) as exc:  # an adapter without its package, data or
-        # server; a warm start built for another config; a model.path, config or checkpoint that is not there
+    except (AdapterUnavailable, ConfigError, FileNotFoundError, CheckpointWriteError) as exc:  # an adapter without
+        # its package, data or server; a warm start built for another config; a model.path, config or checkpoint
+        # that is not there; a checkpoint that did not fit on its disk (the message gives the free space)
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except EngineDied as exc:  # its message names the process and exit code; a traceback would add nothing
+        print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_ENGINE_DIED
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+STOP_TIMEOUT_S = 30.0
+"""Seconds the run's cleanup may take after SIGTERM or SIGINT (ALPRL_STOP_TIMEOUT_S overrides): closing vLLM and
+the sandbox takes a few seconds; one that waits on a dead or stuck engine core would wait forever."""
+
+
+class StopGuard:
+    """SIGTERM and SIGINT end the run within a bounded time.
+
+    `kill`, `timeout` and schedulers send SIGTERM, which by default ends Python without running `finally` or atexit:
+    the vLLM engine-core and worker processes were left running (holding a GPU's memory). So the first signal
+    raises (SystemExit(128 + N) for SIGTERM, KeyboardInterrupt for SIGINT) and the run's cleanup closes the engine,
+    the sandbox pool and the logs. That cleanup can itself hang (waiting on an engine core that no longer answers),
+    so the first signal also arms a deadline; when it passes, or on a second signal, the child processes are killed
+    and the process exits at once with 128 + N (os._exit: no further cleanup, which is what hangs).
+    """
+
+    def __init__(self, command: str, timeout_s: float) -> None:
+        self.command = command
+        self.timeout_s = timeout_s
+        self.first: int | None = None
+        self._previous: dict[int, object] = {}
+        self._forcing = threading.Lock()
+
+    @staticmethod
+    def timeout_from_env() -> float:
+        raw = os.environ.get("ALPRL_STOP_TIMEOUT_S", "").strip()
+        try:
+            value = float(raw) if raw else STOP_TIMEOUT_S
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise ConfigError(f"ALPRL_STOP_TIMEOUT_S={raw!r}: expected seconds > 0 (default {STOP_TIMEOUT_S:g})")
+        return value
+
+    def install(self) -> StopGuard:
+        if threading.current_thread() is threading.main_thread():  # Python handles signals there only
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def uninstall(self) -> None:
+        """Restore the previous handlers (for in-process callers); not after a signal, whose deadline must also
+        cover the interpreter's exit (atexit handlers close engines and sandbox pools too)."""
+        if self.first is None:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+            self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.first is not None:
+            self.force(signum, f"{name} again during cleanup; exiting now")
+            return  # the deadline's thread is already exiting
+        self.first = signum
+        reason = f"cleanup did not finish within {self.timeout_s:g} s after {name}; exiting"
+        timer = threading.Timer(self.timeout_s, self.force, args=(signum, reason))
+        timer.daemon = True
+        timer.start()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    def force(self, signum: int, reason: str) -> None:
+        """Kill our child processes (vLLM engine core and workers, sandbox zygotes) and exit with 128 + signum."""
+        if not self._forcing.acquire(blocking=False):
+            return
+        # os.write, not print: this may run inside a handler that interrupted a print to stderr
+        os.write(2, f"alprl {self.command}: {reason}\n".encode())
+        _kill_children()
+        os._exit(128 + signum)
+
+
+def _kill_children(grace_s: float = 2.0) -> None:
+    """SIGTERM every descendant, then SIGKILL those still there after `grace_s`. SIGCONT too: a stopped process
+    keeps a SIGTERM pending until it runs again."""
+    try:
+        import psutil  # vllm requires it
+    except ImportError:  # then no vLLM processes; sandbox zygotes exit when our end of their socket closes
+        return
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.terminate()
+            child.resume()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
 
 
 def run_command(args: argparse.Namespace, cfg: TrainConfig) -> int:
+    guard = StopGuard(args.command, StopGuard.timeout_from_env()).install()
+    try:
+        return _run(args, cfg)
+    finally:
+        guard.uninstall()
+
+
+def _run(args: argparse.Namespace, cfg: TrainConfig) -> int:
     show = not args.no_progress
-    # `kill`, `timeout` and schedulers send SIGTERM, which by default ends Python without running `finally` or
-    # atexit: the vLLM engine-core and worker processes were left running (holding a GPU's memory). As
-    # SystemExit, the run's cleanup closes the engine, the sandbox pool and the logs.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-load "Loading weights" bars would drown our own progress bars

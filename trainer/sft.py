@@ -30,6 +30,7 @@ from agents.agent_factory import make_agent
 from agents.models import build_tiny_model, save_pretrained, train_tokenizer
 from agents.rollout import Agent
 from trainer import sft_resume
+from trainer.checkpoint import disk_full_as_error, tensor_bytes
 from trainer.config import TrainConfig
 from trainer.experts import ExpertEpisode, expert_player, system_prompt
 from trainer.logger import MetricLogger
@@ -128,7 +129,12 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     finally:
         logger.close()
     t2 = time.monotonic()
-    save_pretrained(model, tokenizer, out)
+    resume_point = sft_resume.resume_dir(out) / sft_resume.STATE_FILE
+    kept = (f"`alprl sft` continues from its resume point {resume_point}" if resume_point.exists() else
+            "the SFT reruns from the start")
+    with disk_full_as_error(out, f"the SFT model {out}", tensor_bytes(model.state_dict()), kept,
+                            lambda: (out / "model.safetensors").unlink(missing_ok=True)):
+        save_pretrained(model, tokenizer, out)
     meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
             "num_parameters": sum(p.numel() for p in model.parameters()), **info,
             "train_seconds": round(t2 - t1, 1), "resumed_from_step": start or 0}

@@ -7,7 +7,8 @@ Layout under `<sft.output_dir>/resume/`:
 - `state.pt`: model, optimizer and schedule states, the step and the losses so far; written every
   `sft.save_every` steps, and when SIGINT or SIGTERM stop the run (at the end of the step in flight).
 
-Each file is written under a temporary name and renamed, so a save cut short never becomes the resume point. Both
+Each file is written under a temporary name and renamed, so a save cut short never becomes the resume point; one
+that does not fit on its disk removes its partial file and raises CheckpointWriteError (trainer/checkpoint.py). Both
 carry the SFT fingerprint: a resume point built for another config is ignored (and replaced). The directory is
 removed once the finished model is saved; `alprl sft --force` removes it before starting over.
 """
@@ -26,6 +27,8 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from trainer.checkpoint import disk_full_as_error, tensor_bytes
+
 log = logging.getLogger(__name__)
 
 RESUME_DIR = "resume"
@@ -43,8 +46,12 @@ def clear(out: str | Path) -> None:
 
 def _save_atomic(obj: Any, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)
+    kept = (f"the resume point {path} of an earlier step is kept; `alprl sft` continues from it" if path.exists()
+            else "no earlier resume point exists")
+    with disk_full_as_error(path.parent, f"the SFT resume point {path}", tensor_bytes(obj), kept,
+                            lambda: tmp.unlink(missing_ok=True)):
+        torch.save(obj, tmp)
+        tmp.replace(path)
 
 
 def _load_matching(path: Path, fingerprint: str) -> dict[str, Any] | None:
@@ -63,7 +70,9 @@ def save_prepared(out: str | Path, fingerprint: str, tokenizer: PreTrainedTokeni
     root = resume_dir(out)
     clear(out)  # a stale state.pt must not pair with new data
     root.mkdir(parents=True)
-    tokenizer.save_pretrained(root / "tokenizer")
+    with disk_full_as_error(root, f"the SFT tokenizer {root / 'tokenizer'}", 0, "no earlier resume point exists",
+                            lambda: shutil.rmtree(root / "tokenizer", ignore_errors=True)):
+        tokenizer.save_pretrained(root / "tokenizer")
     _save_atomic({"fingerprint": fingerprint, "data": data, "info": info}, root / PREPARED_FILE)
 
 

@@ -35,6 +35,11 @@ Seed = int | Sequence[int] | None
 """A call's sampling seed: one int for the whole call, one int per request, or None (unseeded)."""
 
 
+class EngineDied(RuntimeError):
+    """The engine's sampler process ended under it (killed, crashed, out of memory). Every waiting and later call
+    raises it; the message names the process and how it ended. The run cannot continue: close the engine."""
+
+
 class Engine(Protocol):
     concurrent_callers: bool
     """True when `generate` may be called from many threads at once and batches their requests together; such an
