@@ -3,17 +3,18 @@
 Each turn of an episode: its context (prompt + response so far) goes to the engine; the sampled tokens are
 appended with mask 1 and their engine log-probs; the decoded turn text goes to `env.step`; the observation is
 tokenized once and appended with mask 0 and log-prob 0.0, capped at `max_obs_tokens` on token ids. Model output
-is never decoded and re-encoded into the trajectory.
+is never decoded and re-encoded into the trajectory. With `RolloutLimits.mask_void_turns`, an episode that ended
+on a void turn (no code, no answer) gets loss_mask 0 everywhere: as in SimpleTIR, such a trajectory teaches nothing.
 
-Two schedules, same trajectories:
-- **overlapped** (engines that accept concurrent callers and `submit`, i.e. `engine.concurrent_callers`, e.g.
-  vLLM): episodes advance independently. One driver thread reacts to events: a sampled turn goes to `pool` for its
-  env step, and a finished env step posts that episode's next turn into the engine's running batch at once, so
-  while some episodes wait for the sandbox the others keep generating. `pool` bounds the concurrency toward
-  the sandbox.
-- **turn by turn**: all active episodes generate in one batched call and step their envs in `pool`; on an
-  engine with `submit` (vLLM) each episode steps as soon as its own turn is sampled, during the batch's tail,
-  else after the whole batch. The engine idles while the last env steps of a turn finish.
+One driver (`_drive`) for every engine: a turn's request goes to `engine.submit`; each request's future hands its
+sampled turn to `pool` for the env step as soon as it resolves; the driver thread absorbs finished steps and posts
+next turns. Two schedules differ only in when next turns are posted, and sample the same trajectories:
+- **overlapped** (engines with `concurrent_callers`, e.g. vLLM): an episode's next turn is posted as soon as its
+  env step ends, into the engine's running batch, so while some episodes wait for the sandbox the others keep
+  generating. `pool` bounds the concurrency toward the sandbox.
+- **turn by turn**: next turns wait until every episode of the turn has stepped, then go in one call. On vLLM
+  each episode still steps as soon as its own turn is sampled, during the batch's tail; the transformers engine
+  resolves a whole batch at once. The engine idles while the last env steps of a turn finish.
 The default is the engine's `overlap_episodes`: vLLM overlaps on a GPU, where env steps use CPU cores the sampler
 does not. Where sampler, sandbox and envs share a few CPU cores, there is no idle resource to overlap with:
 on 2 cores bench/rollout_throughput.py measured overlapped at 0.73-0.89x the tokens/s of turn by turn (the env
@@ -66,6 +67,9 @@ class RolloutLimits:
     max_obs_tokens: int = 64
     episode_timeout_s: float | None = None
     """Wall-clock limit of one episode (None: none); checked between turns, past it the episode is truncated."""
+    mask_void_turns: bool = False
+    """Zero the whole loss mask of an episode that ended on a void turn (`info["void_turn"]`: no code, no answer),
+    as SimpleTIR does; its `info["loss_masked"]` is then True."""
 
 
 @dataclass
@@ -101,22 +105,29 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
         raise ValueError(f"run_episodes: {len(specs)} episodes need as many envs, got {len(envs)}")
     envs = list(envs)[: len(specs)]
     trajs = _reset_all(envs, specs, agent)
-    overlap = bool(getattr(engine, "overlap_episodes", False)) if overlap is None else overlap
-    if overlap and not (getattr(engine, "concurrent_callers", False) and hasattr(engine, "submit")):
+    overlap = engine.overlap_episodes if overlap is None else overlap
+    if overlap and not engine.concurrent_callers:
         raise ValueError(f"run_episodes: overlap=True needs an engine that takes concurrent callers; "
                          f"{type(engine).__name__} runs turn by turn (pass overlap=None or False)")
     own_pool = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=8)
-    episode = _Episode(engine, agent, limits, greedy, seed, pool)
     try:
-        if overlap:
-            _overlapped(episode, envs, trajs)
-        else:
-            _turn_by_turn(episode, envs, trajs)
+        _drive(_Episode(engine, agent, limits, greedy, seed, pool), envs, trajs, overlap)
     finally:
         if own_pool:
             pool.shutdown()
+    if limits.mask_void_turns:
+        for traj in trajs:
+            if traj.info["void_turn"]:
+                _mask_out(traj)
     return trajs
+
+
+def _mask_out(traj: Trajectory) -> None:
+    """No token of this episode trains: mask 0 (and so rollout log-prob 0.0) everywhere."""
+    traj.loss_mask = [0] * len(traj.response_ids)
+    traj.rollout_logprobs = [0.0] * len(traj.response_ids)
+    traj.info["loss_masked"] = True
 
 
 def episode_seed(seed: int, index: int, turn: int) -> int:
@@ -125,13 +136,13 @@ def episode_seed(seed: int, index: int, turn: int) -> int:
 
 
 class _Episode:
-    """One rollout call's shared settings and the per-turn steps both schedules share."""
+    """One rollout call's shared settings and the per-turn steps of the driver."""
 
     def __init__(self, engine: Engine, agent: Agent, limits: RolloutLimits, greedy: bool, seed: int | None,
                  pool: ThreadPoolExecutor):
         self.engine, self.agent, self.limits, self.greedy, self.seed, self.pool = engine, agent, limits, greedy, \
             seed, pool
-        self.context = getattr(engine, "max_model_len", None) or 2**62  # prompt + response tokens the engine holds
+        self.context = engine.max_model_len  # prompt + response tokens the engine holds
         self.deadline = None if limits.episode_timeout_s is None else time.monotonic() + limits.episode_timeout_s
 
     def request(self, traj: Trajectory) -> GenerationRequest:
@@ -167,9 +178,11 @@ class _Episode:
         return [episode_seed(self.seed, i, t) for i, t in zip(indices, turns, strict=True)]
 
 
-def _overlapped(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory]) -> None:
-    """Episodes advance independently, driven by events in this one thread: a sampled turn goes straight to the
-    env-step pool, and a finished env step posts the episode's next turn into the engine's running batch."""
+def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], overlap: bool) -> None:
+    """Run every episode to its end. Events arrive in this one thread: a sampled turn goes straight from the
+    engine's future to the env-step pool, and a finished env step comes back here to be absorbed. Overlapped, the
+    episodes whose steps ended meanwhile post their next turns at once (one call); turn by turn, they wait until
+    no episode has a turn in flight, then all post in one call."""
     done: queue.SimpleQueue = queue.SimpleQueue()  # (episode index, env step or None, error or None)
     turns = [0] * len(trajs)
 
@@ -179,7 +192,7 @@ def _overlapped(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory])
         except BaseException as err:
             done.put((i, None, err))
 
-    def on_sampled(i: int, sampled: Future) -> None:  # runs in the engine's thread: hand off only
+    def on_sampled(i: int, sampled: Future) -> None:  # runs where the future resolves: hand off only
         try:
             episode.pool.submit(step_after, i, sampled)
         except BaseException as err:  # e.g. the pool was shut down: fail this episode instead of hanging
@@ -187,7 +200,7 @@ def _overlapped(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory])
 
     def post(indices: list[int]) -> int:
         """Submit the next turn of the episodes in `indices` that have not timed out; returns how many."""
-        live = [i for i in indices if not episode.timed_out(trajs[i])]
+        live = [i for i in sorted(indices) if not episode.timed_out(trajs[i])]  # sorted: same batch every run
         if live:
             sampled = episode.engine.submit([episode.request(trajs[i]) for i in live], greedy=episode.greedy,
                                             seed=episode.seeds(live, [turns[i] for i in live]))
@@ -195,69 +208,24 @@ def _overlapped(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory])
                 future.add_done_callback(functools.partial(on_sampled, i))
         return len(live)
 
-    running = post(list(range(len(trajs))))  # the first turns go in one call, so they start as one batch
-    while running:
+    waiting = list(range(len(trajs)))  # episodes whose next turn is not posted yet
+    in_flight = 0  # episodes with a turn sampling or stepping
+    while True:
+        if waiting and (overlap or in_flight == 0):
+            in_flight += post(waiting)
+            waiting = []
+        if not in_flight:
+            return
         finished = [done.get()]
-        while not done.empty():  # steps that ended meanwhile: their next turns go in one call
+        while not done.empty():  # steps that ended meanwhile are absorbed together
             finished.append(done.get())
-        going_on = []
         for i, step, err in finished:
             if err is not None:
                 raise err
             turns[i] += 1
-            running -= 1
+            in_flight -= 1
             if _absorb(trajs[i], step, episode):
-                going_on.append(i)
-        running += post(going_on)
-
-
-def _turn_by_turn(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory]) -> None:
-    """Every active episode generates in one call, then all step their envs. With an engine that resolves requests
-    one by one (`engine.submit`), each episode steps its env as soon as its own turn is sampled, inside the tail of
-    the batch, where few requests are left running."""
-    active = list(range(len(trajs)))
-    turn = 0
-    while active:
-        active = [i for i in active if not episode.timed_out(trajs[i])]
-        if not active:
-            return
-        seeds = episode.seeds(active, [turn] * len(active))
-        requests = [episode.request(trajs[i]) for i in active]
-        if hasattr(episode.engine, "submit"):
-            outcomes = _step_as_sampled(episode, envs, trajs, active, requests, seeds)
-        else:
-            results = episode.engine.generate(requests, greedy=episode.greedy, seed=seeds)
-            outcomes = list(episode.pool.map(lambda i, res: episode.act(envs[i], trajs[i], res), active, results))
-        active = [i for i, step in zip(active, outcomes, strict=True)
-                  if _absorb(trajs[i], step, episode)]
-        turn += 1
-
-
-def _step_as_sampled(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], active: list[int],
-                     requests: list[GenerationRequest], seeds: list[int] | None) -> list[tuple]:
-    """Submit the batch; hand each finished request to the env-step pool right away; return the env steps in
-    `active` order (a failed request or step re-raises here)."""
-    ready: queue.SimpleQueue = queue.SimpleQueue()  # (position in active, future of the env step)
-
-    def step_after(env: gym.Env, traj: Trajectory, sampled: Future) -> tuple:
-        return episode.act(env, traj, sampled.result())
-
-    def on_sampled(k: int, i: int, sampled: Future) -> None:  # runs in the engine's thread: hand off only
-        try:
-            ready.put((k, episode.pool.submit(step_after, envs[i], trajs[i], sampled)))
-        except BaseException as err:  # e.g. the pool was shut down: fail this step instead of hanging
-            failed: Future = Future()
-            failed.set_exception(err)
-            ready.put((k, failed))
-
-    sampled = episode.engine.submit(requests, greedy=episode.greedy, seed=seeds)
-    for k, (i, future) in enumerate(zip(active, sampled, strict=True)):
-        future.add_done_callback(functools.partial(on_sampled, k, i))
-    jobs: list[Future | None] = [None] * len(active)
-    for _ in active:
-        k, job = ready.get()
-        jobs[k] = job
-    return [job.result() for job in jobs]
+                waiting.append(i)
 
 
 def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:

@@ -17,7 +17,8 @@ class Trajectory:
     prompt_ids:       (P,) chat-formatted prompt token ids (system + user + assistant header).
     response_ids:     (R,) every token after the prompt: sampled assistant tokens and appended
                       observation tokens, exactly as produced (never re-tokenized).
-    loss_mask:        (R,) 1 where the policy sampled the token, 0 for observation/tool tokens.
+    loss_mask:        (R,) 1 where the policy sampled the token, 0 for observation/tool tokens; 0
+                      everywhere in an episode the rollout masked out (`info["loss_masked"]`).
     rollout_logprobs: (R,) the engine's log-prob of each sampled token under the sampling
                       distribution actually used; 0.0 where loss_mask is 0.
     reward:           scalar outcome reward of the episode.

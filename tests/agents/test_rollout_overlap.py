@@ -109,16 +109,18 @@ def test_overlapped_schedule_samples_the_turn_by_turn_episodes(vllm_fp32, tool_c
 
 def _check_timeouts(engine, tok, overlap):
     """A 0.6 s step and a 0.5 s episode budget: episodes stop after their first turn, truncated, reward 0 (the
-    tool caller would otherwise answer on turn 2 and the env would end the episode)."""
+    tool caller would otherwise answer on turn 2 and the env would end the episode). Greedy: the tool caller's
+    script, so no sampled first turn ends the episode before the timeout is checked."""
     limits = RolloutLimits(48, 200, 32, episode_timeout_s=0.5)
     envs_ = _envs(4, delay=0.6)
     started = time.monotonic()
-    trajs = run_episodes(engine, TIRAgent(tok), envs_, _specs(4), limits, seed=1, overlap=overlap)
+    trajs = run_episodes(engine, TIRAgent(tok), envs_, _specs(4), limits, greedy=True, overlap=overlap)
     assert time.monotonic() - started < 5.0
     for t in trajs:
         assert t.info.get("timed_out") and t.info["truncated"] and t.reward == 0.0
         assert t.info["turns"] == 1 and len(t.response_ids) == len(t.loss_mask)
-    for t in run_episodes(engine, TIRAgent(tok), envs_, _specs(4), LIMITS, seed=1, overlap=overlap):  # no timeout
+    untimed = run_episodes(engine, TIRAgent(tok), envs_, _specs(4), LIMITS, greedy=True, overlap=overlap)
+    for t in untimed:  # no timeout
         assert not t.info.get("timed_out") and not t.info["truncated"] and t.info["turns"] == 2
     for env in envs_:
         env.close()
