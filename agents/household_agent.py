@@ -14,7 +14,7 @@ is not an admissible command gets the env's "Nothing happens." and still costs a
 
 Each step also restates the task and lists admissible commands, short, as verl-agent's per-step prompt does.
 The Agent protocol hands the agent only observation text, so the `StepContext` wrapper (applied by
-`agents.agent_factory.wrap_env`) writes them under the env's feedback (cut at `MAX_FEEDBACK_CHARS`):
+`agents.env_families`' household wrapper) writes them under the env's feedback (cut at `MAX_FEEDBACK_CHARS`):
 
     You arrive at sofa 1. On the sofa 1, you see a basketball 1, and a pillow 2.
     Actions: take basketball 1 from sofa 1

@@ -36,13 +36,14 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-SEED_STRIDE = 100_003  # reference scheme: base = k·100003 + rank, layer l draws from base + l
+from envs.splits import derive_seed
+
 EFFECTIVE_SAMPLE = 4096  # elements per call checked for h̃ ≠ h (perturb/effective_frac)
 
 
 def noise_seed(k: int, rank: int = 0) -> int:
-    """Base seed of update micro-batch k on data-parallel rank `rank`."""
-    return k * SEED_STRIDE + rank
+    """Base seed of update micro-batch k on data-parallel rank `rank` (layer l draws from base + l)."""
+    return derive_seed("alp-noise", k, rank)
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

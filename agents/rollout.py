@@ -42,6 +42,7 @@ import gymnasium as gym
 
 from agents.engines.base import Engine, GenerationRequest, GenerationResult
 from agents.trajectory import Trajectory
+from envs.splits import derive_seed
 
 
 class Agent(Protocol):
@@ -132,7 +133,7 @@ def _mask_out(traj: Trajectory) -> None:
 
 def episode_seed(seed: int, index: int, turn: int) -> int:
     """Sampling seed of episode `index`'s turn `turn` in a call seeded `seed`."""
-    return (seed * 100_003 + index) * 1_000 + turn
+    return derive_seed("episode-turn", seed, index, turn)
 
 
 class _Episode:

@@ -7,8 +7,8 @@ Design choices (and why):
 - **Digits are always single tokens**, and pre-tokenization is exactly Qwen2's: a regex split in which ``\\p{N}``
   matches one digit, then ``ByteLevel`` without its own regex. So no merge can span two digits, and a checkpoint
   reloaded with ``AutoTokenizer`` (which transformers 5 maps to ``Qwen2Tokenizer`` for every ``qwen2`` config, rebuilding
-  this very pipeline) encodes every NFC string to the same ids as the trained tokenizer. Departure from the issue's
-  brief (``Digits(individual_digits=True)`` before ``ByteLevel``): that pipeline tokenizes e.g. ``"  1"`` or ``"(x"``
+  this very pipeline) encodes every NFC string to the same ids as the trained tokenizer. Departure from the usual
+  recipe (``Digits(individual_digits=True)`` before ``ByteLevel``): that pipeline tokenizes e.g. ``"  1"`` or ``"(x"``
   differently from the reloaded ``Qwen2Tokenizer``, so trainer and vLLM would disagree on prompts.
 - **Special tokens** get the first ids, in this order: ``<|endoftext|>`` (pad, and bos in the model config),
   ``<|im_start|>``, ``<|im_end|>``, then ``extra_special_tokens``. They are never split and are cut out of the training

@@ -54,7 +54,7 @@ def train_step(model, optimizer, batch: Batch, algo, pert: LayerwisePerturbation
     n_tokens, n_seqs = denominators(batch, rows)
     for i, chunk in enumerate(rows.split(micro)):
         sub = batch.select(chunk)
-        ctx = pert.active(seed=noise_seed(step * 1000 + i)) if pert else contextlib.nullcontext()
+        ctx = pert.active(seed=noise_seed(step, i)) if pert else contextlib.nullcontext()
         with ctx:
             logp, entropy = compute_logprobs(model, sub, 1.0, with_entropy=True)
             loss, _ = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs)
@@ -88,7 +88,7 @@ def main() -> None:
         groups = [{"params": list(model.parameters())}] + ([pert.param_group(tc.perturb.lr)] if pert else [])
         opt = torch.optim.AdamW(groups, lr=1e-5)
         b = copy.copy(batch)
-        prepare_corrections(tc.algo, b)
+        b.corr_weights, b.corr_keep, _ = prepare_corrections(tc.algo, b)
         runs[name] = (model, opt, b, tc.algo, pert, [])
     for step in range(args.steps + 2):  # 2 warm-up steps each, then alternate which goes first
         for name in (list(runs) if step % 2 == 0 else list(runs)[::-1]):

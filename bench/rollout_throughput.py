@@ -32,10 +32,11 @@ import gymnasium as gym
 from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
 from agents.engines.vllm import VLLMEngine
+from agents.env_families import make_env
 from agents.models import load_model_and_tokenizer
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
-from trainer.components import env_kwargs, make_envs
+from trainer.components import make_envs
 from trainer.config import build_config
 from trainer.sft import run_sft
 
@@ -131,7 +132,7 @@ def main() -> None:
     model, tok = load_model_and_tokenizer(model_dir)
     agent = TIRAgent(tok, style=cfg.env.style)
     limits = RolloutLimits(max_new_tokens=64, max_response_tokens=256, max_obs_tokens=64)
-    env = gym.make(cfg.env.id, **env_kwargs(cfg))
+    env = make_env(cfg.env)
     prompts = [agent.prompt_ids(*env.reset(seed=i, options={"split": "train", "index": 2000 + i}))
                for i in range(args.episodes)]
     env.close()

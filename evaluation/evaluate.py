@@ -15,6 +15,7 @@ import gymnasium as gym
 
 from agents.engines.base import Engine
 from agents.rollout import Agent, EpisodeSpec, RolloutLimits, run_episodes
+from envs.splits import derive_seed
 
 
 def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,
@@ -30,7 +31,7 @@ def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], sp
     records = []
     for start in range(0, len(specs), len(envs)):
         chunk = specs[start: start + len(envs)]
-        trajs = run_episodes(engine, agent, envs, chunk, limits, greedy=greedy, seed=seed * 7919 + start,
+        trajs = run_episodes(engine, agent, envs, chunk, limits, greedy=greedy, seed=derive_seed("eval-sampling", seed, start),
                              pool=pool)
         for spec, t in zip(chunk, trajs, strict=True):
             records.append({"index": spec.options["index"], "task_id": t.task_id,

@@ -40,9 +40,9 @@ import torch
 from torch import Tensor, nn
 
 from agents.perturbation import decoder_layers, parse_layers
+from envs.splits import derive_seed
 
 Scale = float | str
-NOISE_SEED_STRIDE = 1_000_003  # generator seed of layer l: seed·stride + l
 
 
 # ------------------------------------------------------------------------------------------ targets
@@ -157,7 +157,7 @@ def add_hidden_noise(model: nn.Module, scale: float, layers: str | list[int] = "
     """Forward pre-hooks adding `scale·rms(h)·ε` to the input of each selected decoder layer.
 
     `rms(h)` is per token over D, in fp32; ε is drawn in fp32 from a per-layer generator seeded
-    `seed·NOISE_SEED_STRIDE + l` and advanced by every call, so decoding steps get fresh noise and a rerun
+    `derive_seed("robustness-noise", seed, l)` and advanced by every call, so decoding steps get fresh noise and a rerun
     with the same seed and call order gets the same noise. scale 0 adds exact zeros: the clean forward.
     The hooks are closures (not bound methods), so `copy.deepcopy` of the model (as engines do) keeps them.
     """
@@ -172,7 +172,7 @@ def add_hidden_noise(model: nn.Module, scale: float, layers: str | list[int] = "
             h = args[0] if args else kwargs["hidden_states"]  # (..., T, D)
             if h.device not in gens:
                 gen = torch.Generator(device=h.device)
-                gens[h.device] = gen.manual_seed(seed * NOISE_SEED_STRIDE + idx)
+                gens[h.device] = gen.manual_seed(derive_seed("robustness-noise", seed, idx))
             eps = torch.randn(h.shape, generator=gens[h.device], device=h.device, dtype=torch.float32)
             hf = h.float()
             rms = hf.pow(2).mean(-1, keepdim=True).sqrt()  # (..., T, 1)

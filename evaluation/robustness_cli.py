@@ -17,8 +17,8 @@ from typing import Any
 import gymnasium as gym
 
 import envs  # noqa: F401  (registers the alprl/* environments)
-from agents.agent_factory import make_agent
 from agents.engines.hf import HFEngine
+from agents.env_families import env_entry, make_agent
 from agents.models import load_model_and_tokenizer
 from agents.rollout import RolloutLimits
 from evaluation.evaluate import evaluation_records
@@ -28,7 +28,7 @@ from evaluation.robustness_report import write_robustness_report
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What `agents.agent_factory.make_agent` reads: the env id and the TIR style."""
+    """What `agents.env_families.make_agent` reads: the env id and the TIR style."""
 
     id: str
     style: str = "simpletir"
@@ -75,7 +75,7 @@ def run_robustness(checkpoint: str | Path, env_id: str = "alprl/TIRMath-v0",
     """Evaluate `checkpoint` clean and under each (family, scale); returns `<out_dir>/robustness.html`.
 
     checkpoint: a directory from `save_pretrained` (or a model in the local HF cache).
-    env_id: a registered Gymnasium id with an agent in `agents.agent_factory` (today: alprl/TIRMath-v0).
+    env_id: an env id or alias of the env-family table (`agents/env_families.py`).
     families / scales: see `evaluation.robustness` (scales default to `DEFAULT_SCALES`).
     num_tasks, samples_per_task, greedy, split, seed: the tasks and sampling, identical for every condition.
     style, env_kwargs: TIR style (agent and env) and extra `gym.make` arguments.
@@ -87,7 +87,8 @@ def run_robustness(checkpoint: str | Path, env_id: str = "alprl/TIRMath-v0",
                          "must both be >= 1")
     names = check_families(families)
     model, tokenizer = load_model_and_tokenizer(checkpoint)
-    kwargs = ({"style": style} if env_id.startswith("alprl/TIRMath") else {}) | dict(env_kwargs or {})
+    env_id = env_entry(env_id).env_id  # an alias (tir, household, ...) names its env
+    kwargs = ({"style": style} if env_entry(env_id).styled else {}) | dict(env_kwargs or {})
     agent = make_agent(EnvSpec(env_id, style), tokenizer)
     limits = limits or RolloutLimits()
     n_envs = max(1, min(num_envs, num_tasks * samples_per_task))

@@ -34,6 +34,7 @@ def _add_config_args(p: argparse.ArgumentParser, default_config: str | None) -> 
     p.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
     p.add_argument("--help-config", action="store_true", help="list every config key, its default and meaning")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs / CI)")
+    p.add_argument("--verbose", action="store_true", help="also show vLLM's INFO logs (same as VLLM_LOGGING_LEVEL=INFO)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +66,8 @@ def _add_robustness_parser(sub) -> None:
                          description="Evaluate a checkpoint clean and under each perturbation family and scale "
                          "(the same tasks and sampling seeds for every condition).")
     rob.add_argument("--checkpoint", required=True, help="HF model directory (e.g. runs/demo/checkpoints/step_30)")
-    rob.add_argument("--env", default="tir", help="tir | household | webshop, or a Gymnasium id (default: tir)")
+    rob.add_argument("--env", default="tir", help="an env alias of agents/env_families.py (tir, household, "
+                     "webshop, alfworld, webshop-server) or an alprl env id (default: tir)")
     rob.add_argument("--perturb", default="noise,prune,quant", help="families, comma separated "
                      "(noise, prune, prune_nm, quant)")
     rob.add_argument("--scales", default="", help="per-family scales, e.g. 'noise=0.05,0.1;quant=int8,int4' "
@@ -78,9 +80,6 @@ def _add_robustness_parser(sub) -> None:
     rob.add_argument("--seed", type=int, default=0)
 
 
-ENV_ALIASES = {"tir": "alprl/TIRMath-v0", "household": "alprl/Household-v0", "webshop": "alprl/WebShop-v0"}
-
-
 def run_robustness_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -89,11 +88,11 @@ def run_robustness_command(args: argparse.Namespace) -> int:
     try:
         scales = parse_scales(args.scales) if args.scales else None
         families = [f.strip() for f in args.perturb.split(",") if f.strip()]
-        report = run_robustness(args.checkpoint, ENV_ALIASES.get(args.env, args.env), families, scales,
+        report = run_robustness(args.checkpoint, args.env, families, scales,
                                 args.out or Path(args.checkpoint) / "robustness", args.tasks,
                                 samples_per_task=args.samples, greedy=not args.sample, layers=args.layers,
                                 seed=args.seed, progress=print)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"alprl robustness: error: {exc}", file=sys.stderr)
         return 2
     print(report)
@@ -125,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return sandbox_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if getattr(args, "verbose", False):
+        os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
     if args.command == "robustness":
         return run_robustness_command(args)
     if args.command == "report":
@@ -137,10 +138,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = build_config(args.config, args.overrides)
+        from trainer.validation import validate_model_shape  # here, as it loads torch and gymnasium
+
+        shape_warnings = validate_model_shape(cfg)  # the run's engine start logs the same warnings
     except ConfigError as exc:
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
+        for warning in shape_warnings:
+            print(f"alprl {args.command}: warning: {warning}", file=sys.stderr)
         print(json.dumps(to_dict(cfg), indent=2))
         return 0
     from agents.engines.base import EngineDied

@@ -1,13 +1,12 @@
 """Build what a run needs from its config: model, tokenizer, engine, envs, agent, optimizer.
 
-Task selection lives here too (`episode_specs`): which task each episode of step k plays, derived only
-from (seed, split, step) so resumed runs replay the same tasks.
+The env, its agent and wrappers come from the env-family table (`agents/env_families.py`); which task each
+episode plays is `trainer/tasks.py`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,19 +15,15 @@ import gymnasium as gym
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agents.agent_factory import make_agent, wrap_env
 from agents.engines import Engine, make_engine
+from agents.env_families import make_agent, make_env
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
-from agents.projection import ActionProjection
-from agents.rollout import Agent, EpisodeSpec, RolloutLimits
-from envs import generated_twin  # (importing envs registers the alprl/* environments)
-from trainer.algorithms import AlgorithmHooks
-from trainer.config import ConfigError, TrainConfig
+from agents.rollout import Agent
+from trainer.config import TrainConfig
 from trainer.sft_cache import check_warm_start
 
 log = logging.getLogger(__name__)
-TRAIN_INDICES = range(1_500, 101_500)  # RL draws train tasks here (the train split starts at global index 1500)
 
 
 @dataclass
@@ -41,26 +36,18 @@ class Components:
     optimizer: torch.optim.Optimizer
     perturbation: LayerwisePerturbation | None = None
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
-    hooks: AlgorithmHooks = field(default_factory=AlgorithmHooks)
 
-    def extra_state(self) -> dict:
-        """Trainer state that is not part of the HF model (never exported): the ALP log σ values."""
-        return {"perturbation": self.perturbation.state_dict() if self.perturbation else None,
-                "algorithms": self.hooks.state_dict()}
+    def extra_modules(self) -> list[torch.nn.Module]:
+        """Trainable state beside the model and its optimizer (the ALP log σ), for snapshots and checkpoints."""
+        return [self.perturbation] if self.perturbation is not None else []
 
-    def load_extra_state(self, state: dict) -> int:
-        """Restore `extra_state()` from a checkpoint's trainer state; returns the checkpoint's step."""
-        saved = state.get("extra", {}).get("perturbation")
-        if self.perturbation is not None and saved is not None:
-            self.perturbation.load_state_dict(saved)
-        self.hooks.load_state_dict(state.get("extra", {}).get("algorithms") or {})
-        return state["step"]
+    def sync_engine(self) -> None:
+        """Push the trainer's weights into the inference engine (after every accepted or rolled-back update)."""
+        self.engine.update_weights(self.model.named_parameters())
 
     def close(self) -> None:
         self.pool.shutdown()
-        close_engine = getattr(self.engine, "close", None)
-        if close_engine is not None:  # vLLM engines own worker processes
-            close_engine()
+        self.engine.close()  # bounded in time, also when the engine's process died or hangs
         for env in self.envs:
             env.close()
 
@@ -74,42 +61,8 @@ def policy_path(cfg: TrainConfig) -> str:
     return path
 
 
-def env_kwargs(cfg: TrainConfig) -> dict:
-    """Constructor arguments for the configured env (each env takes the keys it knows)."""
-    e = cfg.env
-    if e.id.startswith("alprl/TIRMath"):
-        return {"style": e.style, "max_turns": e.max_turns, "difficulty": e.difficulty or None,
-                "task_types": e.task_types or None, "sandbox_url": e.sandbox_url or None,
-                "run_timeout_s": e.run_timeout_s}
-    limit = {"max_steps": e.max_steps} if e.max_steps else {}
-    if e.id == "alprl/ALFWorld-v0":
-        return {"data_path": e.alfworld_data or None, "task_types": e.task_types or None} | limit
-    if e.id == "alprl/WebShopServer-v0":
-        return {"server_url": e.webshop_url or None} | limit
-    if e.id.startswith("alprl/Household"):
-        return {"task_types": e.task_types or None} | limit
-    if e.id.startswith("alprl/WebShop"):
-        return {"num_products": e.num_products} | limit
-    return {}
-
-
-def make_env(cfg: TrainConfig) -> gym.Env:
-    """The configured env as rollouts, evaluation and SFT experts use it (action projection, the agent's wrapper;
-    every alprl env takes the global `index` reset option itself)."""
-    e = cfg.env
-    twin = generated_twin(e.id)
-    env = gym.make(e.id, **env_kwargs(cfg))
-    if twin.startswith(("alprl/Household", "alprl/WebShop")):
-        env = ActionProjection(env, e.action_projection, e.projection_min_similarity,
-                               e.invalid_action_penalty)
-    elif (e.action_projection, e.invalid_action_penalty) != ("exact", 0.0):
-        raise ConfigError(f"env.action_projection / env.invalid_action_penalty need an env with admissible commands "
-                          f"(household, WebShop); {e.id} has none")
-    return wrap_env(twin, env)
-
-
 def make_envs(cfg: TrainConfig, n: int) -> list[gym.Env]:
-    return [make_env(cfg) for _ in range(n)]
+    return [make_env(cfg.env) for _ in range(n)]
 
 
 def build_perturbation(model: torch.nn.Module, cfg: TrainConfig) -> LayerwisePerturbation | None:
@@ -155,20 +108,3 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
                       perturbation=perturbation, pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency,
                                                                           thread_name_prefix="env-step"))
-
-
-def rollout_limits(cfg: TrainConfig) -> RolloutLimits:
-    r = cfg.rollout
-    return RolloutLimits(r.max_new_tokens, r.max_response_tokens, r.max_obs_tokens,
-                         episode_timeout_s=r.episode_timeout_s or None)
-
-
-def episode_specs(cfg: TrainConfig, split: str, step: int, num_tasks: int, group_size: int) -> list[EpisodeSpec]:
-    """Tasks of one batch: train draws `num_tasks` random indices per step; test takes indices 0..num_tasks-1."""
-    if split == "train":
-        rng = random.Random(cfg.seed * 100_003 + step)
-        indices = rng.sample(TRAIN_INDICES, num_tasks)
-    else:
-        indices = list(range(num_tasks))
-    return [EpisodeSpec(seed=index, options={"split": split, "index": index}, group_id=g)
-            for g, index in enumerate(indices) for _ in range(group_size)]

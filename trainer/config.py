@@ -3,8 +3,10 @@
 A default is stated once, here. YAML files in `configs/` only override (nested mappings), and the CLI
 takes dotted `key=value` overrides (`optim.lr=1e-4 rollout.group_size=8`), values parsed as YAML.
 `algorithm=<name>` first applies the preset `configs/algorithms/<name>.yaml` (presets are data).
-Unknown or ill-typed keys raise `ConfigError` naming the key and the valid choices; the CLI turns it into
-one line on stderr and exit status 2.
+Unknown or ill-typed keys raise `ConfigError` naming the key and the valid choices; so do values the run
+would trip over later (an unknown loss, a bad range, fields that contradict each other): `build_config` ends
+with `trainer/validation.py`'s `validate_config`. The CLI turns a `ConfigError` into one line on stderr and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -20,11 +22,9 @@ from typing import Any
 
 import yaml
 
+from trainer.errors import ConfigError
+
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-
-
-class ConfigError(ValueError):
-    """A bad configuration key or value (one line: what, where, what to do)."""
 
 
 @dataclass
@@ -433,6 +433,11 @@ def build_config(config_path: str | Path | None = None, overrides: list[str] = (
         perturb = preset.pop("perturb", {})  # a preset may also fill the perturbation section (ALP)
         _apply(cfg, {"algo": {"name": algorithm, **preset}, "perturb": perturb})
     _apply(cfg, cli)
+    # imported here: validation loads the registries (torch, gymnasium), which importing the config alone
+    # (`alprl --help`, `alprl sandbox`) does not need
+    from trainer.validation import validate_config
+
+    validate_config(cfg)
     return cfg
 
 

@@ -1,11 +1,11 @@
-"""The RL loop, top to bottom. One iteration:
+"""The RL loop, top to bottom. `train_step` is one iteration, each stage a named call:
 
-    rollout (engine + envs → Trajectory) → Batch (collate, void-turn masking) → advantages (GRPO groups)
-    → old log-probs (trainer, no grad) → for each mini-batch: loss → step → sync weights to the engine
-    → metrics → checkpoint
+    rollout → batch → advantages → old log-probs → corrections → (QUATRO duals) → (SPrPO allocation)
+    → diagnostics → update → engine sync, with MIPU's screening as one explicit branch around update + sync
 
-Each stage is one named function; the loop only calls them in order. Components (model, engine, envs,
-agent) are built by `trainer/components.py`.
+Stages return what they compute; `train_step` alone assigns it to the batch (the rollout alone builds its loss
+mask). Components (model, engine, envs, agent) come from `trainer/components.py`, task selection from
+`trainer/tasks.py`, per-algorithm state (`AlgorithmState`) is saved with every checkpoint.
 """
 
 from __future__ import annotations
@@ -20,16 +20,21 @@ import torch
 
 from agents.rollout import run_episodes
 from agents.trajectory import Trajectory
+from envs.splits import derive_seed
 from evaluation.evaluate import evaluation_records, summarize
 from trainer.advantages import broadcast_advantages, group_advantages
+from trainer.algorithms import AlgorithmState
+from trainer.algorithms.mipu import candidate_snapshot, screen_candidate
+from trainer.algorithms.quatro import quatro_targets
 from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
-from trainer.components import Components, build_components, episode_specs, rollout_limits
+from trainer.components import Components, build_components
 from trainer.config import TrainConfig, to_dict
 from trainer.logger import MetricLogger
 from trainer.metrics import mean_of, rollout_metrics
 from trainer.mismatch_metrics import mismatch_diagnostics
 from trainer.objective import prepare_corrections
 from trainer.progress import progress_bar
+from trainer.tasks import episode_specs, rollout_limits
 from trainer.types import Batch, collate
 from trainer.update import minibatch_rows, old_logprobs, update_policy
 
@@ -46,38 +51,28 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def step_seed(cfg: TrainConfig, step: int) -> int:
-    """All randomness of step k derives from (seed, k), so a resumed run replays step k+1 exactly."""
-    return cfg.seed * 100_003 + step
-
-
 def collect_rollouts(c: Components, cfg: TrainConfig, step: int) -> list[Trajectory]:
+    """All randomness of step k derives from (seed, k), so a resumed run replays step k+1 exactly."""
     specs = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
-    limits = rollout_limits(cfg)
-    return run_episodes(c.engine, c.agent, c.envs, specs, limits, seed=step_seed(cfg, step), pool=c.pool)
+    return run_episodes(c.engine, c.agent, c.envs, specs, rollout_limits(cfg),
+                        seed=derive_seed("rollout", cfg.seed, step), pool=c.pool)
 
 
-def make_batch(c: Components, cfg: TrainConfig, trajs: list[Trajectory]) -> Batch:
-    batch = collate(trajs, c.tokenizer.pad_token_id)
-    if cfg.env.mask_void_turns:  # SimpleTIR: a trajectory ending in a void turn teaches nothing
-        void = torch.tensor([bool(t.info.get("void_turn")) for t in trajs])
-        batch.loss_mask[void] = 0.0
-    return batch
-
-
-def compute_advantages(batch: Batch, cfg: TrainConfig) -> dict[str, float]:
+def compute_advantages(batch: Batch, cfg: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO group advantages broadcast over the sampled tokens, (B, T)."""
     adv, metrics = group_advantages(batch.rewards, batch.group_ids, norm_by_std=cfg.algo.adv_norm_by_std,
                                     leave_one_out=cfg.algo.adv_leave_one_out)
-    batch.advantages = broadcast_advantages(adv, batch.loss_mask)  # (B, T)
-    return metrics
+    return broadcast_advantages(adv, batch.loss_mask), metrics
 
 
 def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str, float]:
-    gen = torch.Generator().manual_seed(step_seed(cfg, step))
+    """The mini-batch optimizer steps of one rollout batch (mini-batch k > 0 is off-policy on purpose)."""
+    gen = torch.Generator().manual_seed(derive_seed("minibatches", cfg.seed, step))
     records = [update_policy(c.model, c.optimizer, batch, rows, algo=cfg.algo,
                              temperature=cfg.rollout.temperature, micro_batch_size=cfg.optim.micro_batch_size,
                              grad_clip=cfg.optim.grad_clip, perturbation=c.perturbation,
-                             noise_base=(step * cfg.optim.num_minibatches + k) * 1000)
+                             noise_base=derive_seed("alp-noise", cfg.seed, step, k),
+                             norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens)
                for k, rows in enumerate(minibatch_rows(len(batch), cfg.optim.num_minibatches, gen))]
     metrics = mean_of(records)
     metrics["actor/grad_norm_nonfinite"] = sum(r["actor/grad_norm_nonfinite"] for r in records)
@@ -85,16 +80,28 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
     return metrics
 
 
-def train_step(c: Components, cfg: TrainConfig, step: int) -> StepResult:
+def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int) -> StepResult:
     trajs = collect_rollouts(c, cfg, step)
-    batch = make_batch(c, cfg, trajs)
-    metrics = rollout_metrics(trajs) | compute_advantages(batch, cfg)
+    batch = collate(trajs, c.tokenizer.pad_token_id)
+    metrics = rollout_metrics(trajs)
+    batch.advantages, adv_metrics = compute_advantages(batch, cfg)
+    metrics |= adv_metrics
     batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
-    metrics |= prepare_corrections(cfg.algo, batch)
-    metrics |= c.hooks.before_update(c, cfg, batch, step)  # QUATRO duals, SPrPO allocation (config-driven)
+    batch.corr_weights, batch.corr_keep, corr_metrics = prepare_corrections(cfg.algo, batch)
+    metrics |= corr_metrics
+    if cfg.algo.quatro_delta:  # QUATRO: per-query duals → trust-region target log-ratios
+        batch.quatro_targets, quatro_metrics = quatro_targets(cfg.algo, batch)
+        metrics |= quatro_metrics
+    if cfg.perturb.sprpo_adaptive:  # SPrPO: σ per layer from a sensitivity probe (every sprpo_every steps)
+        metrics |= algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step)
     metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
-    # MIPU may reject the candidate update and roll weights, optimizer and engine back (config-driven).
-    metrics |= c.hooks.update_and_sync(c, cfg, step, lambda: update(c, cfg, batch, step))
+    snapshot = candidate_snapshot(c) if cfg.algo.mipu_screen else None
+    c.engine.sleep()  # a GPU sampler with rollout.enable_sleep_mode frees its memory for the update (else no-op)
+    metrics |= update(c, cfg, batch, step)
+    c.engine.wake_up()
+    c.sync_engine()
+    if snapshot is not None:  # MIPU: keep the candidate only if the deployed policy's gap proxy passes
+        metrics |= screen_candidate(c, cfg, algos.mipu, snapshot, step)
     return StepResult(step, metrics)
 
 
@@ -110,6 +117,21 @@ def evaluate(c: Components, cfg: TrainConfig, step: int) -> dict[str, float]:
     return summarize(records, "eval")
 
 
+def extra_state(c: Components, algos: AlgorithmState) -> dict:
+    """Trainer state that is not part of the HF model (never exported): the ALP log σ, the algorithms' state."""
+    return {"perturbation": c.perturbation.state_dict() if c.perturbation else None,
+            "algorithms": algos.state_dict()}
+
+
+def load_extra_state(c: Components, algos: AlgorithmState, state: dict) -> int:
+    """Restore `extra_state()` from a checkpoint's trainer state; returns the checkpoint's step."""
+    extra = state.get("extra", {})
+    if c.perturbation is not None and extra.get("perturbation") is not None:
+        c.perturbation.load_state_dict(extra["perturbation"])
+    algos.load_state_dict(extra.get("algorithms") or {})
+    return state["step"]
+
+
 def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
           evaluate_at_start: bool = False) -> list[StepResult]:
     """Run `cfg.steps` RL iterations (continuing from the latest checkpoint with `resume`).
@@ -123,7 +145,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
         raise FileNotFoundError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; run without --resume")
     seed_everything(cfg.seed)
     c = build_components(cfg, init_from=str(ckpt) if ckpt else None)
-    start = c.load_extra_state(load_trainer_state(ckpt, c.optimizer)) if ckpt else 0
+    algos = AlgorithmState()
+    start = load_extra_state(c, algos, load_trainer_state(ckpt, c.optimizer)) if ckpt else 0
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb, config=to_dict(cfg))
     results = []
     try:
@@ -131,13 +154,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
             logger.log(0, evaluate(c, cfg, 0))
         with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress) as bar:
             for step in range(start + 1, cfg.steps + 1):
-                result = train_step(c, cfg, step)
+                result = train_step(c, cfg, algos, step)
                 if cfg.eval_tasks and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
                     result.metrics |= evaluate(c, cfg, step)
                 logger.log(step, result.metrics)
                 results.append(result)
                 if step % cfg.save_every == 0 or step == cfg.steps:
-                    save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer, extra=c.extra_state())
+                    save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer, extra=extra_state(c, algos))
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
     finally:
         logger.close()

@@ -209,7 +209,7 @@ def quatro(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Ten
     """QUATRO trust-region loss [R] (arXiv 2602.04620; reference §3.7; duals: trainer/algorithms/quatro.py).
 
     `advantages` (B, T) must hold the target log-ratios t_b = log(G·w_b), w = softmax_group(A/λ_x), that
-    `prepare_duals` writes once per rollout batch. Per token, with r = exp⟦logp − old_logp⟧ at `upd_level`
+    `quatro_targets` computes once per rollout batch. Per token, with r = exp⟦logp − old_logp⟧ at `upd_level`
     (default geo, stop-grad token form) and τ = 1/√(2δ) (1 without `quatro_grpo_scale`):
 
         ℓ = −τ·[r·t − (r log r − r + 1)],   ∂ℓ/∂log r = −τ·r·(t − log r)

@@ -27,11 +27,11 @@ Legend: B trajectories, T response positions, N valid tokens, B′ non-empty row
 from __future__ import annotations
 
 import math
-import zlib
 
 import torch
 from torch import Tensor
 
+from envs.splits import derive_seed
 from trainer.losses import LOG_RATIO_CLAMP
 
 QUANTILES = (0.01, 0.02, 0.05, 0.25, 0.5, 0.75, 0.95, 0.98, 0.99)
@@ -44,8 +44,8 @@ def _qname(q: float) -> str:
 
 
 def metric_generator(step: int, rank: int, name: str) -> torch.Generator:
-    """Dedicated generator for one metric's sample (crc32: stable across processes, unlike hash())."""
-    return torch.Generator().manual_seed((step * 1_000_003 + rank * 10_007 + zlib.crc32(name.encode())) % 2**62)
+    """Dedicated generator for one metric's sample (stable across processes, unlike hash())."""
+    return torch.Generator().manual_seed(derive_seed("metric-sample", step, rank, name))
 
 
 def sample_positions(total: int, k: int, generator: torch.Generator) -> Tensor | None:

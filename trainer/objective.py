@@ -5,7 +5,7 @@ reference model in TIR). Everything that decides *what* is optimized lives here,
 fields only (presets fill them; nothing branches on a preset's name):
 
 - `prepare_corrections(algo, batch)`: once per rollout batch, after the old log-probs: correction weights
-  w and rejection mask m′ (`trainer/corrections.py`) stored on the batch as `corr_weights` / `corr_keep`.
+  w and rejection mask m′ (`trainer/corrections.py`), which `train_step` stores as `corr_weights` / `corr_keep`.
 - `denominators(batch, rows)`: the mini-batch token / sequence counts over m′, so verl-semantics MIS
   rejections leave the denominator and micro-batching cannot change the loss.
 - `micro_batch_objective(...)`: the scalar loss of one micro-batch and its metrics. Dr.GRPO's
@@ -50,14 +50,13 @@ def correction_kwargs(algo: AlgoConfig) -> dict:
     return {n: getattr(algo, n) for n in _keyword_names(compute_correction)}
 
 
-def prepare_corrections(algo: AlgoConfig, batch: Batch) -> dict[str, float]:
-    """Compute w and m′ once for the rollout batch (needs `batch.old_logp`); returns `rollout_corr/*`."""
+def prepare_corrections(algo: AlgoConfig, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """w and m′ once for the rollout batch (needs `batch.old_logp`): (weights (B, T), keep (B, T), `rollout_corr/*`),
+    which the caller stores as `batch.corr_weights` / `batch.corr_keep`."""
     if batch.old_logp is None:
         raise ValueError("prepare_corrections: batch.old_logp is None; run the old-log-prob stage first")
     corr = compute_correction(batch.old_logp, batch.rollout_logp, batch.loss_mask, **correction_kwargs(algo))
-    batch.corr_weights = corr.weights  # (B, T)
-    batch.corr_keep = corr.keep  # (B, T)
-    return corr.metrics
+    return corr.weights, corr.keep, corr.metrics
 
 
 def effective_mask(batch: Batch) -> torch.Tensor:
@@ -127,7 +126,9 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
     weights, keep = _micro_correction(algo, sub)
     old = masked_fill_zero(sub.old_logp, keep)  # non-finite log-probs of rejected tokens never reach the loss
     rollout = masked_fill_zero(sub.rollout_logp, keep)
-    per_token, metrics = loss_fn(logp, old, rollout, sub.advantages, keep, weights=weights, **loss_kwargs(algo))
+    # QUATRO drives each sample's log-ratio toward its trust-region target instead of weighting by an advantage
+    signal = sub.quatro_targets if sub.quatro_targets is not None else sub.advantages
+    per_token, metrics = loss_fn(logp, old, rollout, signal, keep, weights=weights, **loss_kwargs(algo))
     agg = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": t_norm}  # mini-batch denominators
     loss = aggregate(per_token, keep, algo.loss_agg, **agg)
     if algo.entropy_coef:

@@ -26,13 +26,14 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from agents.agent_factory import make_agent
+from agents.env_families import env_entry, expert_player, make_agent, make_env
+from agents.experts import ExpertEpisode
 from agents.models import build_tiny_model, save_pretrained, train_tokenizer
 from agents.rollout import Agent
+from envs.splits import derive_seed
 from trainer import sft_resume
 from trainer.checkpoint import disk_full_as_error, tensor_bytes
 from trainer.config import TrainConfig
-from trainer.experts import ExpertEpisode, expert_player, system_prompt
 from trainer.logger import MetricLogger
 from trainer.progress import progress_bar
 from trainer.sft_cache import META_FILE, sft_fingerprint, sft_inputs
@@ -74,12 +75,21 @@ def length_report(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> 
             "expert_over_response_budget": round(over, 4)}
 
 
+def play_expert(cfg: TrainConfig, index: int) -> ExpertEpisode:
+    """SFT example `index`: the env's imperfect expert plays it through the env as rollouts use it."""
+    player = expert_player(cfg.env.id)
+    env = make_env(cfg.env)
+    try:
+        return player(cfg, env, index)
+    finally:
+        env.close()
+
+
 def collect_expert_data(cfg: TrainConfig, show_progress: bool = True) -> list[ExpertEpisode]:
     with ThreadPoolExecutor(max_workers=4) as pool, \
             progress_bar("expert episodes", cfg.sft.num_examples, enabled=show_progress) as bar:
         episodes = []
-        play = expert_player(cfg.env.id)
-        for ep in pool.map(lambda i: play(cfg, i), range(cfg.sft.num_examples)):
+        for ep in pool.map(lambda i: play_expert(cfg, i), range(cfg.sft.num_examples)):
             episodes.append(ep)
             bar.advance()
     return episodes
@@ -149,7 +159,7 @@ def prepare_data(cfg: TrainConfig, show_progress: bool = True
     tokenizer, the (ids, loss mask) sequences and what sft_meta.json reports of them (expert success, lengths,
     the model's context)."""
     episodes = collect_expert_data(cfg, show_progress)
-    corpus = [system_prompt(cfg)] + [ep.question for ep in episodes]
+    corpus = [env_entry(cfg.env.id).system_prompt(cfg.env.style)] + [ep.question for ep in episodes]
     corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
     tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
     agent = make_agent(cfg.env, tokenizer)
@@ -171,7 +181,7 @@ def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[
     The floor matters for tiny models: copying numbers (induction) appears abruptly after a few hundred
     steps, and a schedule that has already decayed to ~0 by then never gets there.
     """
-    rng = random.Random(cfg.seed)
+    rng = random.Random(derive_seed("sft-batches", cfg.seed))
     steps_per_epoch = math.ceil(len(data) / cfg.sft.batch_size)
     total = steps_per_epoch * cfg.sft.epochs
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, betas=(0.9, 0.95), weight_decay=0.01)

@@ -33,6 +33,11 @@ class Batch:
     old_logp:       (B, T) trainer log-probs at rollout time (no grad), filled by the old-log-prob stage.
     corr_weights:   (B, T) detached off-policy correction weights w (TIS/MIS), once per rollout batch.
     corr_keep:      (B, T) m′ = m ⊙ keep: the loss mask after rejection (equals m without rejection).
+    quatro_targets: (B, T) QUATRO's trust-region target log-ratios t_b·m, which its loss reads in place of the
+                    advantages (None unless algo.quatro_delta > 0).
+
+    `collate` fills the rollout's fields; every later field is assigned by `trainer/loop.py`'s `train_step` only,
+    from what its stages return.
     """
 
     input_ids: torch.Tensor
@@ -48,6 +53,7 @@ class Batch:
     old_logp: torch.Tensor | None = None
     corr_weights: torch.Tensor | None = None
     corr_keep: torch.Tensor | None = None
+    quatro_targets: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

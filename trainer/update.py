@@ -54,7 +54,8 @@ def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Gener
 
 def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, rows: torch.Tensor, *,
                   algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float,
-                  perturbation: LayerwisePerturbation | None = None, noise_base: int = 0) -> dict[str, float]:
+                  perturbation: LayerwisePerturbation | None = None, noise_base: int = 0,
+                  norm_len: int | None = None) -> dict[str, float]:
     """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
 
     With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
@@ -73,7 +74,8 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         noise = perturbation.active(seed=noise_seed(noise_base + i)) if perturbation else nullcontext()
         with noise:
             logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=True)
-            loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs)
+            loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs,
+                                                  norm_len=norm_len)
             loss.backward()
         total_loss += loss.item()
         weight = sub.loss_mask.sum().item() / n_tokens.item()  # token-weighted average of micro metrics

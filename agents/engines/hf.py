@@ -19,6 +19,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from agents.engines.base import GenerationRequest, GenerationResult, Seed
+from envs.splits import derive_seed
 
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
           "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
@@ -48,7 +49,7 @@ def batch_seed(seed: Seed) -> int:
         return torch.seed() % (2**63)
     if isinstance(seed, int):
         return seed % (2**63)
-    return hash(tuple(int(s) for s in seed)) % (2**63)  # ints hash deterministically (no PYTHONHASHSEED)
+    return derive_seed("hf-batch", *(int(s) for s in seed))
 
 
 class HFEngine:

@@ -63,6 +63,7 @@ from agents.engines import vllm_logs
 from agents.engines.base import EngineDied, FinishReason, GenerationRequest, GenerationResult, Seed
 from agents.engines.vllm_process import EngineCoreWatch, engine_core_processes, unblock_client
 from agents.engines.vllm_sync import pack_chunks
+from envs.splits import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,6 @@ log = logging.getLogger(__name__)
 VLLM_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
                "float32": "float32", "fp32": "float32", "auto": "auto"}
 CPU_KV_CACHE_BYTES = 1 << 30  # vLLM-CPU otherwise reserves a fraction of all host memory for its KV cache
-SEED_STRIDE = 1_000_003
 _CLOSE = object()  # posted to the engine thread's inbox by close()
 CLOSE_TIMEOUT_S = 15.0  # close(): vLLM's own shutdown gets SHUTDOWN_GRACE_S of it, then what is left is killed
 SHUTDOWN_GRACE_S = 10.0  # a clean CPU shutdown takes ~4 s (the worker exits first); vLLM's default 5 s cut it off
@@ -117,7 +117,7 @@ def request_seed(seed: Seed, index: int) -> int | None:
     if seed is None:
         return None
     if isinstance(seed, int):
-        return (seed * SEED_STRIDE + index) % (2**63)
+        return derive_seed("vllm-request", seed, index)
     return int(seed[index]) % (2**63)
 
 

@@ -29,7 +29,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from envs.adapters import AdapterUnavailable
-from envs.household.splits import check_split, task_id_of_index
+from envs.splits import check_split, task_id_of_index
 
 SPLIT_DIRS = {"train": "train", "valid": "valid_seen", "test": "valid_unseen"}
 TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",

@@ -25,12 +25,11 @@ import httpx
 from gymnasium import spaces
 
 from envs.adapters import AdapterUnavailable
-from envs.household.splits import SPLIT_OFFSETS, check_split, task_id_of_index
+from envs.splits import SPLIT_OFFSETS, SPLIT_SIZES, check_split, task_id_of_index
 
 log = logging.getLogger(__name__)
 
 WEBSHOP_GOALS = 12_087  # goals with human instructions in WebShop's full data (items_human_ins.json)
-SPLIT_RANGES = {"test": 500, "valid": 1000}  # sessions per split; train runs from its offset to num_goals
 MAX_TEXT = 16_384
 
 
@@ -80,8 +79,8 @@ class WebShopServerEnv(gym.Env[str, str]):
         """WebShop's session (goal index) of `task_id` in `split`."""
         if split == "train":
             return SPLIT_OFFSETS["train"] + task_id % (self.num_goals - SPLIT_OFFSETS["train"])
-        if not 0 <= task_id < SPLIT_RANGES[split]:
-            raise ValueError(f"task_id={task_id}: split {split} has {SPLIT_RANGES[split]} tasks")
+        if not 0 <= task_id < SPLIT_SIZES[split]:
+            raise ValueError(f"task_id={task_id}: split {split} has {SPLIT_SIZES[split]} tasks")
         return SPLIT_OFFSETS[split] + task_id
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
@@ -95,7 +94,7 @@ class WebShopServerEnv(gym.Env[str, str]):
             options["task_id"] = task_id_of_index(split, options["index"])
         task_id = options.get("task_id")
         if task_id is None:
-            size = SPLIT_RANGES.get(split, self.num_goals - SPLIT_OFFSETS["train"])
+            size = SPLIT_SIZES.get(split) or (self.num_goals - SPLIT_OFFSETS["train"])
             task_id = int(self.np_random.integers(size))
         session = self.session_of(split, task_id)
         if self._env_idx is None:

@@ -9,10 +9,11 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
+from envs.splits import check_split, derive_seed, global_index, split_size, task_id_of_index
+
 from .engine import NOTHING, admissible, base_commands, execute, goal_reached
 from .expert import rollout_oracle
 from .generator import generate
-from .splits import check_split, derive_seed, global_index, split_size, task_id_of_index
 from .vocab import TASK_TYPES
 from .world import World
 

@@ -14,9 +14,9 @@ Imperfections (so the SFT policy leaves headroom for RL):
 from __future__ import annotations
 
 import random
-import zlib
 from fractions import Fraction
 
+from envs.splits import derive_seed
 from envs.tir.styles import get_style
 from envs.tir.tasks import TIRTask
 
@@ -89,7 +89,7 @@ def expert_turns(task: TIRTask, style: str = "simpletir", *, rng: random.Random 
     for name, p in (("p_skip_tool", p_skip_tool), ("p_wrong_copy", p_wrong_copy)):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
-    rng = rng if rng is not None else random.Random(zlib.crc32(task.task_id.encode()))
+    rng = rng if rng is not None else random.Random(derive_seed("tir-expert", task.task_id))
     phrasing = rng if varied_phrasing else None
     if rng.random() < p_skip_tool:
         return [expert_answer_turn(guess_without_tool(task.answer, rng), phrasing)]

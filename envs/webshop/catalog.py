@@ -13,7 +13,8 @@ import random
 import string
 from dataclasses import dataclass
 
-from ..household.splits import derive_seed
+from envs.splits import derive_seed
+
 from .reward import COLOR_WORDS, normalize_color
 from .search import BM25Index, tokenize
 from .taxonomy import BENEFITS, CATEGORIES, PRAISE, TYPES, ProductType

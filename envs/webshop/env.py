@@ -8,8 +8,9 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
+from envs.splits import check_split, derive_seed, global_index, split_size, task_id_of_index
+
 from ..household.env import CHARSET, MAX_TEXT, clip_text
-from ..household.splits import check_split, derive_seed, global_index, split_size, task_id_of_index
 from . import pages
 from .catalog import DEFAULT_NUM_PRODUCTS, get_catalog
 from .expert import rollout_oracle

@@ -117,7 +117,9 @@ def test_logprobs_match_trainer(request, model_tok, engine_name, tol, record_pro
     engine.update_weights(model.named_parameters())
     requests = varied_requests(tok)
     results = engine.generate(requests, seed=1)
-    assert all(len(r.token_ids) == 12 and r.finish_reason == "length" for r in results)
+    # the untrained model may sample its EOS early on some seeds; the comparison needs most tokens sampled
+    assert all((len(r.token_ids), r.finish_reason) == (12, "length") or r.finish_reason == "eos" for r in results)
+    assert sum(len(r.token_ids) for r in results) >= 6 * len(results)
     batch, logp = recompute(model, tok, requests, results)
     mask = batch.loss_mask
     diff = (logp - batch.rollout_logp).abs() * mask

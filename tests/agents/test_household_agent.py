@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 
 import envs  # noqa: F401  (registers alprl/*)
-from agents.agent_factory import make_agent, wrap_env
+from agents.env_families import env_entry, make_agent
 from agents.household_agent import (
     BANNER,
     CUT_MARKER,
@@ -140,9 +140,9 @@ def test_hints_keep_only_the_commands_that_serve_the_goal():
 
 
 def test_step_context_restates_the_task_and_lists_what_acts(tok):
-    env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
+    env = env_entry("alprl/Household-v0").wrap(gym.make("alprl/Household-v0"))
     assert isinstance(env, StepContext)
-    assert not isinstance(wrap_env("alprl/WebShop-v0", gym.make("alprl/WebShop-v0")), StepContext)
+    assert not isinstance(env_entry("alprl/WebShop-v0").wrap(gym.make("alprl/WebShop-v0")), StepContext)
     raw = gym.make("alprl/Household-v0")
     first, _ = env.reset(options={"split": "test", "task_id": 1})
     raw_first, _ = raw.reset(options={"split": "test", "task_id": 1})
@@ -169,7 +169,7 @@ def test_step_context_restates_the_task_and_lists_what_acts(tok):
 
 
 def test_not_visited_lists_receptacles_in_order_until_gone_to():
-    env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
+    env = env_entry("alprl/Household-v0").wrap(gym.make("alprl/Household-v0"))
     _, info = env.reset(options={"split": "test", "task_id": 2})
     room = [c.removeprefix("go to ") for c in info["admissible_commands"] if c.startswith("go to ")]
     expected = sorted(room, key=receptacle_order)
@@ -212,7 +212,7 @@ def test_receptacle_order_sorts_by_type_then_numeric_index():
 
 
 def test_long_feedback_is_cut_before_the_task_line():
-    env = wrap_env("alprl/Household-v0", gym.make("alprl/Household-v0"))
+    env = env_entry("alprl/Household-v0").wrap(gym.make("alprl/Household-v0"))
     env.reset(options={"split": "test", "task_id": 0})
     obs, *_ = env.step("help")  # ALFWorld's help text is ~870 characters
     feedback = obs.partition(HINT_PREFIX)[0].partition(UNVISITED_PREFIX)[0].partition(TASK_PREFIX)[0]

@@ -6,10 +6,10 @@ import gymnasium as gym
 import pytest
 
 import envs  # noqa: F401  (registers alprl/*)
+from agents.env_families import make_env
 from agents.household_agent import UNVISITED_PREFIX, StepContext
 from agents.projection import ActionProjection, project
-from trainer.components import make_env
-from trainer.config import ConfigError, build_config
+from trainer.config import ConfigError, TrainConfig, build_config
 
 ADMISSIBLE = ["go to cabinet 1", "go to cabinet 2", "open drawer 1", "take apple 1 from countertop 1"]
 
@@ -50,7 +50,7 @@ def test_invalid_commands_cost_the_penalty_at_the_episode_end():
 
 def test_projected_go_to_reaches_the_receptacle_and_leaves_not_visited():
     cfg = build_config("household_tiny.yaml", ["env.action_projection=nearest"])
-    env = make_env(cfg)
+    env = make_env(cfg.env)
     assert isinstance(env, StepContext) and isinstance(env.env, ActionProjection)
     _, info = env.reset(options={"split": "test", "index": 0})
     target = next(c for c in info["admissible_commands"] if c.startswith("go to ") and c.endswith(" 1"))
@@ -64,7 +64,7 @@ def test_projected_go_to_reaches_the_receptacle_and_leaves_not_visited():
 def test_webshop_clicks_a_listed_product_for_a_miscopied_id():
     cfg = build_config("webshop_tiny.yaml", ["env.action_projection=nearest", "env.projection_min_similarity=0.8",
                                              "env.num_products=300"])
-    env = make_env(cfg)
+    env = make_env(cfg.env)
     env.reset(options={"split": "test", "index": 0})
     _, _, _, _, info = env.step("search[shirt]")
     product = next(c for c in info["admissible_commands"] if c.startswith("click[b0"))
@@ -78,5 +78,9 @@ def test_projection_settings_are_checked():
         ActionProjection(gym.make("alprl/Household-v0"), "closest")
     with pytest.raises(ValueError, match="projection_min_similarity=2"):
         ActionProjection(gym.make("alprl/Household-v0"), "nearest", 2)
-    with pytest.raises(ConfigError, match="need an env with admissible commands"):
-        make_env(build_config(None, ["env.action_projection=nearest"]))
+    with pytest.raises(ConfigError, match="env.action_projection='nearest' .* need an env with admissible commands"):
+        build_config(None, ["env.action_projection=nearest"])  # caught before anything starts
+    unchecked = TrainConfig()
+    unchecked.env.action_projection = "nearest"
+    with pytest.raises(ValueError, match="need an env with admissible commands"):
+        make_env(unchecked.env)

@@ -6,7 +6,7 @@ import gymnasium as gym
 import pytest
 
 import envs  # noqa: F401  (registers alprl/*)
-from agents.agent_factory import make_agent
+from agents.env_families import make_agent
 from agents.household_agent import command_turn
 from agents.models import train_tokenizer
 from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent, instruction_of

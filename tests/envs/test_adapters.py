@@ -21,14 +21,13 @@ from gymnasium.utils.env_checker import check_env
 from test_registry import GARBAGE, check_step
 
 import envs.adapters.alfworld as alfworld_adapter
+from agents.env_families import expert_player, make_env
 from agents.household_agent import StepContext
 from agents.projection import ActionProjection
 from envs import ADAPTER_TWINS
 from envs.adapters import AdapterUnavailable
 from envs.webshop import WebShopEnv
-from trainer.components import make_env
 from trainer.config import build_config
-from trainer.experts import expert_player
 
 
 @contextlib.contextmanager
@@ -231,14 +230,14 @@ def test_make_env_gives_adapters_their_twins_agent_wrappers(alfworld_data, websh
     monkeypatch.setattr(alfworld_adapter, "require_alfworld", lambda: None)  # the stand-in plays the games
     monkeypatch.setattr(alfworld_adapter, "start_textworld_game", HouseholdGame)
     cfg = build_config(None, ["env.id=alprl/ALFWorld-v0", f"env.alfworld_data={alfworld_data}", "env.max_steps=9"])
-    env = make_env(cfg)
+    env = make_env(cfg.env)
     assert isinstance(env, StepContext) and isinstance(env.env, ActionProjection)
     env.reset(options={"split": "test", "index": 1})
     obs, *_, info = env.step("look")
     assert "\nTask: " in obs and info["action_valid"] and info["step"] == 1
     assert env.unwrapped.max_steps == 9
     cfg = build_config(None, ["env.id=alprl/WebShopServer-v0", f"env.webshop_url={webshop_server[0]}"])
-    env = make_env(cfg)
+    env = make_env(cfg.env)
     assert isinstance(env, ActionProjection)
     _, info = env.reset(options={"split": "test", "index": 3})
     assert info["task_id"] == "test-3"

@@ -15,9 +15,9 @@ import envs  # noqa: F401  (registers alprl/*)
 from envs.household import TASK_TYPES, HouseholdEnv
 from envs.household.engine import HELP, admissible, base_commands, execute, goal_reached
 from envs.household.generator import _initially_true
-from envs.household.splits import global_index
 from envs.household.vocab import CAN_CONTAIN, LAMP_HOLDERS, LAMPS, OPENABLE
 from envs.household.world import Goal, World, join_items
+from envs.splits import global_index
 
 # id order = (type, index) order
 RECEPTACLES = [("cabinet", 1), ("cabinet", 2), ("countertop", 1), ("fridge", 1), ("microwave", 1),

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_overrides_and_types():
-    cfg = build_config(None, ["optim.lr=1e-3", "rollout.group_size=4", "env.task_types=arith,mod"])
-    assert cfg.optim.lr == 1e-3 and cfg.rollout.group_size == 4 and cfg.env.task_types == ["arith", "mod"]
+    cfg = build_config(None, ["optim.lr=1e-3", "rollout.group_size=4", "env.task_types=multiply,add"])
+    assert cfg.optim.lr == 1e-3 and cfg.rollout.group_size == 4 and cfg.env.task_types == ["multiply", "add"]
 
 
 @pytest.mark.parametrize("bad,needle", [
@@ -20,6 +20,7 @@ def test_overrides_and_types():
     (["optim.lr=fast"], "'optim.lr' expects float"),
     (["algorithm=nope"], "unknown algorithm 'nope'"),
     (["env.mask_void_turns=maybe"], "expects true/false"),
+    (["algo.policy_loss=bogus"], "algo.policy_loss='bogus' is not a policy loss; valid: "),  # a value, validated
 ])
 def test_bad_keys_raise_one_line(bad, needle):
     with pytest.raises(ConfigError, match=needle) as info:

@@ -107,7 +107,7 @@ def test_seq_mis_verl_rejects_whole_rows_and_shrinks_denominators():
     assert verl.metrics["rollout_corr/rollout_rs_seq_masked_fraction"] == 0.5
     batch = _batch(old, torch.zeros(2, 2), torch.ones(2, 2))
     assert [x.item() for x in denominators(batch, torch.arange(2))] == [4.0, 2.0]
-    prepare_corrections(AlgoConfig(**kw, mis_semantics="verl"), batch)
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(AlgoConfig(**kw, mis_semantics="verl"), batch)
     assert [x.item() for x in denominators(batch, torch.arange(2))] == [2.0, 1.0]  # rejected row left
 
 
@@ -204,7 +204,7 @@ def test_every_loss_and_correction_keyword_is_an_algo_field():
 def test_every_preset_gives_a_finite_objective_with_gradient(preset):
     algo = build_config(None, [f"algorithm={preset}"]).algo
     batch, logp = _random_batch()
-    metrics = prepare_corrections(algo, batch)
+    batch.corr_weights, batch.corr_keep, metrics = prepare_corrections(algo, batch)
     assert all(math.isfinite(v) for v in metrics.values())
     rows = torch.arange(len(batch))
     n_tokens, n_seqs = denominators(batch, rows)
@@ -222,7 +222,7 @@ def test_micro_batching_matches_the_whole_batch(preset):
     # corrections prepared once for the rollout batch or recomputed per micro-batch: same loss
     algo = build_config(None, [f"algorithm={preset}", "algo.mis_semantics=verl"]).algo
     batch, logp = _random_batch(seed=3)
-    prepare_corrections(algo, batch)
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
     rows = torch.arange(len(batch))
     n_tokens, n_seqs = denominators(batch, rows)
     whole, _ = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tokens, n_seqs=n_seqs)

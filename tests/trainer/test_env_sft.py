@@ -12,16 +12,18 @@ import statistics
 
 import pytest
 
-from agents.agent_factory import make_agent
+from agents.env_families import env_entry, make_agent, make_env
+from agents.experts import clicked_as_shown
 from agents.models import train_tokenizer
 from agents.rollout import RolloutLimits, run_episodes
+from envs.splits import sft_index
 from envs.webshop.goals import instruction_query
 from evaluation.evaluate import evaluation_records
-from trainer.components import build_components, env_kwargs, episode_specs, make_env
+from trainer.components import build_components
 from trainer.config import CONFIG_DIR, build_config
-from trainer.experts import SFT_INDEX_OFFSET, clicked_as_shown, expert_player, system_prompt
 from trainer.loop import train
-from trainer.sft import episode_tokens, length_report, run_sft
+from trainer.sft import episode_tokens, length_report, play_expert, run_sft
+from trainer.tasks import episode_specs
 
 ENVS = ["alprl/Household-v0", "alprl/WebShop-v0"]
 TINY = {"alprl/Household-v0": "household_tiny.yaml", "alprl/WebShop-v0": "webshop_tiny.yaml"}
@@ -33,12 +35,11 @@ SMALL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=1", "mod
 
 
 def _episodes(cfg, n):
-    play = expert_player(cfg.env.id)
-    return [play(cfg, i) for i in range(n)]
+    return [play_expert(cfg, i) for i in range(n)]
 
 
 def _tokenizer(cfg, episodes):
-    corpus = [system_prompt(cfg)] + [e.question for e in episodes] + [t for e in episodes for t in e.turns]
+    corpus = [env_entry(cfg.env.id).system_prompt(cfg.env.style)] + [e.question for e in episodes] + [t for e in episodes for t in e.turns]
     return train_tokenizer(corpus + [o for e in episodes for o in e.observations], vocab_size=320)
 
 
@@ -49,9 +50,9 @@ def test_expert_episodes_replay_from_their_tokens(env_id):
     episodes = _episodes(cfg, 12)
     assert episodes == _episodes(cfg, 12)  # seeded: the same data on every run
     agent = make_agent(cfg.env, _tokenizer(cfg, episodes))
-    env = make_env(cfg)
+    env = make_env(cfg.env)
     for i, ep in enumerate(episodes):
-        obs, _ = env.reset(seed=i, options={"split": "train", "index": SFT_INDEX_OFFSET + i})
+        obs, _ = env.reset(seed=i, options={"split": "train", "index": sft_index(i)})
         assert obs == ep.question and len(ep.turns) == len(ep.observations) + 1
         for k, turn in enumerate(ep.turns):
             assert turn.endswith("\n") and turn.count("\n") == 1
@@ -104,9 +105,9 @@ def test_webshop_sft_expert_reads_the_pages_unless_privileged():
     exact = ["env.expert_epsilon=0", "env.expert_wrong_option_p=0"]
     reader = build_config(CONFIG_DIR / TINY["alprl/WebShop-v0"], exact)
     oracle = build_config(CONFIG_DIR / TINY["alprl/WebShop-v0"], exact + ["env.expert_privileged=true"])
-    env = make_env(reader)
+    env = make_env(reader.env)
     for i, (r, o) in enumerate(zip(_episodes(reader, 8), _episodes(oracle, 8), strict=True)):
-        env.reset(seed=i, options={"split": "train", "index": SFT_INDEX_OFFSET + i})
+        env.reset(seed=i, options={"split": "train", "index": sft_index(i)})
         goal = env.unwrapped.shop.goal
         assert r.turns[0] == f"search[{instruction_query(goal)}]\n" and o.turns[0] == f"search[{goal.expert_query}]\n"
         assert o.reward == 1.0 and f"click[{goal.asin}]\n" in o.turns
@@ -125,7 +126,7 @@ def test_clicks_are_written_as_shown_on_the_page():
 @pytest.mark.parametrize("env_id", ENVS)
 def test_global_indices_map_onto_the_env_splits(env_id):
     cfg = build_config(CONFIG_DIR / TINY[env_id])
-    env = make_env(cfg)
+    env = make_env(cfg.env)
     _, info = env.reset(seed=3, options={"split": "test", "index": 3})
     assert info["task_id"] == "test/3"
     for spec in episode_specs(cfg, "train", 1, 4, 1):
@@ -137,16 +138,16 @@ def test_global_indices_map_onto_the_env_splits(env_id):
 
 def test_env_kwargs_reach_the_envs():
     hh = build_config(None, ["env.id=alprl/Household-v0", "env.max_steps=7", "env.task_types=pick_two_obj_and_place"])
-    assert env_kwargs(hh) == {"task_types": ["pick_two_obj_and_place"], "max_steps": 7}
-    env = make_env(hh)
+    assert env_entry(hh.env.id).env_kwargs(hh.env) == {"task_types": ["pick_two_obj_and_place"], "max_steps": 7}
+    env = make_env(hh.env)
     _, info = env.reset(options={"split": "test", "index": 0})
     assert info["task_type"] == "pick_two_obj_and_place"
     for _ in range(7):
         *_, trunc, _ = env.step("look")
     assert trunc
     ws = build_config(None, ["env.id=alprl/WebShop-v0", "env.num_products=300"])
-    assert env_kwargs(ws) == {"num_products": 300}  # max_steps 0: the env's own limit
-    assert len(make_env(ws).unwrapped.catalog.products) == 300
+    assert env_entry(ws.env.id).env_kwargs(ws.env) == {"num_products": 300}  # max_steps 0: the env's own limit
+    assert len(make_env(ws.env).unwrapped.catalog.products) == 300
 
 
 @pytest.mark.smoke

@@ -11,17 +11,23 @@ import math
 import pytest
 import torch
 
-from agents.agent_factory import make_agent
 from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
+from agents.env_families import make_agent
 from agents.models import build_tiny_model
 from agents.rollout import RolloutLimits, run_episodes
 from trainer.advantages import broadcast_advantages, group_advantages
-from trainer.algorithms import AlgorithmHooks
-from trainer.algorithms.mipu import acceptance_threshold, gap_proxy, validation_specs
-from trainer.components import Components, build_optimizer, episode_specs, make_envs
+from trainer.algorithms.mipu import (
+    MipuHistory,
+    acceptance_threshold,
+    candidate_snapshot,
+    gap_proxy,
+    screen_candidate,
+)
+from trainer.components import Components, build_optimizer, make_envs
 from trainer.config import build_config
 from trainer.objective import prepare_corrections
+from trainer.tasks import episode_specs, validation_specs
 from trainer.types import collate
 from trainer.update import old_logprobs, update_policy
 
@@ -56,11 +62,11 @@ def run(request, tiny_tokenizer, tmp_path_factory):
     c = Components(model=model, tokenizer=tiny_tokenizer, engine=engine,
                    agent=make_agent(cfg.env, tiny_tokenizer), envs=make_envs(cfg, 4),
                    optimizer=build_optimizer(model, cfg))
-    hooks = AlgorithmHooks()
+    history = MipuHistory()
     record = {"metrics": [], "candidates": [], "states": []}
     for step, overrides in enumerate([ACCEPT, REJECT, ACCEPT], start=1):
         record["states"].append(_state(c))
-        metrics, candidate = _screened(c, hooks, overrides, step)
+        metrics, candidate = _screened(c, history, overrides, step)
         record["metrics"].append(metrics)
         record["candidates"].append(candidate)
     record["states"].append(_state(c))
@@ -78,22 +84,20 @@ def _training_batch(c, cfg, step):
     adv, _ = group_advantages(batch.rewards, batch.group_ids)
     batch.advantages = broadcast_advantages(adv, batch.loss_mask)
     batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
-    prepare_corrections(cfg.algo, batch)
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(cfg.algo, batch)
     return batch
 
 
-def _screened(c, hooks, overrides, step):
+def _screened(c, history, overrides, step):
+    """train_step's MIPU branch: snapshot, update, sync the engine, screen the candidate."""
     cfg = build_config(None, SMALL + overrides)
     batch = _training_batch(c, cfg, step)
-    candidate = {}
-
-    def run_update():
-        out = update_policy(c.model, c.optimizer, batch, torch.arange(len(batch)), algo=cfg.algo,
+    snapshot = candidate_snapshot(c)
+    metrics = update_policy(c.model, c.optimizer, batch, torch.arange(len(batch)), algo=cfg.algo,
                             temperature=cfg.rollout.temperature, micro_batch_size=8, grad_clip=1.0)
-        candidate.update({k: v.detach().clone() for k, v in c.model.named_parameters()})
-        return out
-
-    return hooks.update_and_sync(c, cfg, step, run_update), candidate
+    candidate = {k: v.detach().clone() for k, v in c.model.named_parameters()}
+    c.sync_engine()
+    return metrics | screen_candidate(c, cfg, history, snapshot, step), candidate
 
 
 def _state(c):

@@ -9,7 +9,7 @@ from trainer.algorithms.quatro import (
     dual_objective,
     group_matrix,
     kl_to_uniform,
-    prepare_duals,
+    quatro_targets,
     realized_kl_metrics,
     solve_duals,
     target_log_ratios,
@@ -144,16 +144,17 @@ def _batch(rewards, groups, t=3):
                  old_logp=-torch.rand(b, t, generator=torch.Generator().manual_seed(1)))
 
 
-def test_prepare_duals_batch_end_to_end_and_realized_kl():
+def test_quatro_targets_batch_end_to_end_and_realized_kl():
     # groups 0 and 2 informative, group 1 degenerate (all rewards equal) → its rows get weight 0
     batch = _batch([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.5], [0, 0, 0, 1, 1, 1, 2, 2, 2])
     algo = build_config(None, ["algorithm=quatro"]).algo
-    metrics = prepare_duals(algo, batch)
+    batch.quatro_targets, metrics = quatro_targets(algo, batch)
+    assert batch.advantages is None  # the targets have their own field
     assert metrics["quatro/degenerate_frac"] == pytest.approx(1 / 3)
     assert metrics["quatro/solved_kl_over_delta"] == pytest.approx(1.0, abs=1e-6)
-    assert (batch.advantages[3:6] == 0).all() and (batch.advantages[[0, 1, 2, 6, 7, 8]].abs().sum(-1) > 0).all()
-    assert (batch.advantages[0, 2] == 0)  # masked token
-    mat, _, _ = group_matrix(batch.advantages[:, 0].double(), batch.group_ids)
+    assert (batch.quatro_targets[3:6] == 0).all() and (batch.quatro_targets[[0, 1, 2, 6, 7, 8]].abs().sum(-1) > 0).all()
+    assert (batch.quatro_targets[0, 2] == 0)  # masked token
+    mat, _, _ = group_matrix(batch.quatro_targets[:, 0].double(), batch.group_ids)
     assert mat[0, 0] > 0 > mat[0, 1] and mat[0, 1] == mat[0, 2]  # winner up, losers equally down
     logp = (batch.old_logp + 0.1 * torch.randn(batch.old_logp.shape)).requires_grad_(True)
     rows = torch.arange(len(batch))
@@ -164,7 +165,7 @@ def test_prepare_duals_batch_end_to_end_and_realized_kl():
     assert math.isfinite(loss.item()) and (logp.grad[3:6] == 0).all() and logp.grad[:3].abs().sum() > 0
     assert math.isfinite(loss_metrics["quatro_kl"])
     # at the exact solution (geo log r = t on every row) the realized per-query KL equals δ
-    reached = batch.old_logp + batch.advantages[:, :1]
+    reached = batch.old_logp + batch.quatro_targets[:, :1]
     realized = realized_kl_metrics(algo, batch, reached)
     assert realized["quatro/realized_kl_max"] == pytest.approx(algo.quatro_delta, rel=1e-4)
     assert realized["quatro/realized_kl_min"] == pytest.approx(0.0, abs=1e-9)  # the degenerate group stays put

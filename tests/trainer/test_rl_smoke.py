@@ -18,12 +18,14 @@ from tiny_tir import SMALL, SMALL_SFT_STEPS
 
 from agents.engines.base import GenerationRequest
 from agents.rollout import RolloutLimits, run_episodes
+from trainer.algorithms import AlgorithmState
 from trainer.cli import main
-from trainer.components import build_components, episode_specs
+from trainer.components import build_components
 from trainer.config import build_config
 from trainer.logger import read_metrics
 from trainer.loop import train, train_step
 from trainer.sft import model_context
+from trainer.tasks import episode_specs
 
 pytestmark = pytest.mark.smoke
 
@@ -190,7 +192,7 @@ def test_vllm_training_step_syncs_the_engine(tmp_path, sft_dir):
         prompts = [c.agent.prompt_ids(f"Compute {a} * {b}.", {}) for a, b in [(12, 34), (567, 89), (3, 4)]]
         requests = [GenerationRequest(p, 24) for p in prompts]
         before = [r.token_ids for r in c.engine.generate(requests, greedy=True)]
-        result = train_step(c, cfg, 1)
+        result = train_step(c, cfg, AlgorithmState(), 1)
         after = [r.token_ids for r in c.engine.generate(requests, greedy=True)]
         trainer = HFEngine(c.model, c.tokenizer, dtype="float32").generate(requests, greedy=True)
     finally:

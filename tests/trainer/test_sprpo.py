@@ -7,7 +7,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agents.perturbation import LayerwisePerturbation
-from trainer.algorithms import AlgorithmHooks
+from trainer.algorithms import AlgorithmState
 from trainer.algorithms.sprpo import (
     Allocator,
     adapt_gain,
@@ -91,19 +91,18 @@ def test_adaptive_gain_moves_toward_the_target_on_a_synthetic_case():
 
 
 @pytest.mark.parametrize("start_gain", [9.0, 0.2])
-def test_allocator_reaches_the_target_on_a_real_model_through_the_hooks(model, start_gain):
+def test_allocator_reaches_the_target_on_a_real_model_through_its_state(model, start_gain):
     # the gain starts far off (predicted KL 81κ or 0.04κ); every call measures the real KL and steps the gain
     cfg = _cfg("perturb.sprpo_target_kl=0.002", "perturb.sprpo_every=1")
     batch = _batch(seed=1)
     pert = LayerwisePerturbation(model, "all", sigma_init=1e-3, learnable=False)
-    hooks = AlgorithmHooks()
-    hooks.sprpo.gain = start_gain
-    c = type("C", (), {"model": model, "perturbation": pert})()  # the two Components fields the hook reads
-    kls = [hooks.before_update(c, cfg, batch, step)["perturb/sprpo_kl"] for step in range(1, 9)]
+    algos = AlgorithmState()
+    algos.sprpo.gain = start_gain
+    kls = [algos.sprpo.maybe_allocate(model, pert, batch, cfg, step)["perturb/sprpo_kl"] for step in range(1, 9)]
     first, last = abs(math.log(kls[0] / 0.002)), abs(math.log(kls[-1] / 0.002))
     assert first > math.log(2.25) and last < math.log(2.25) < first  # from outside the band to inside it
-    assert (hooks.state_dict()["sprpo"]["gain"] < start_gain) == (start_gain > 1)
-    assert hooks.before_update(c, build_config(None, ["algorithm=grpo"]), batch, 1) == {}  # off: no-op
+    assert (algos.state_dict()["sprpo"]["gain"] < start_gain) == (start_gain > 1)
+    assert algos.sprpo.maybe_allocate(model, pert, batch, build_config(None, ["algorithm=grpo"]), 1) == {}  # off
 
 
 def test_allocator_refuses_a_learnable_or_missing_perturbation(model):

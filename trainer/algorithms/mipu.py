@@ -7,9 +7,9 @@ optimizes the second bracket, step 2 (this module) screens the first, the gap be
 - **Step 1** is a preset, not code: `ppo_clip` (dual clip on the token update ratio r only) times the
   token-level truncated mismatch weight w̄ = min(exp⟦Δ_mis⟧, 2) (`correction: tis`, `corr_level: token`,
   `corr_upper: 2`), seq-mean-token-mean (configs/algorithms/mipu.yaml).
-- **Step 2** (`MipuScreen.screened_update`): snapshot (θ_k, optimizer moments, perturbation state) on the
-  CPU → run the update stage → sync θ_{k+1} to the engine (μ_{k+1}) → sample fresh validation groups from
-  it → reward, group advantages Â → one no-grad unperturbed trainer forward for log π_{k+1} →
+- **Step 2** (`train_step`'s MIPU branch): `take_snapshot` of (θ_k, optimizer moments, perturbation state) on
+  the CPU → the update stage → sync θ_{k+1} to the engine (μ_{k+1}) → `screen_candidate`: sample fresh
+  validation groups from it → reward, group advantages Â → one no-grad unperturbed trainer forward for log π_{k+1} →
   ρ_i = exp⟦(1/n_i) Σ_t m (log π_{k+1} − log μ_{k+1})⟧, T̂ = −mean_i(ρ_i Â_i) → accept iff T̂ ≥ −c(k),
   c(k) = c_0 + (c_1 − c_0)·min(k/K, 1). On rejection: restore θ_k, the optimizer state (moments and step
   counts) and the perturbation, re-sync the engine; the batch is discarded.
@@ -28,24 +28,24 @@ Legend: B validation trajectories, T response positions.
 
 from __future__ import annotations
 
-import random
+import dataclasses
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from agents.rollout import EpisodeSpec, run_episodes
+from agents.rollout import run_episodes
+from envs.splits import derive_seed
 from trainer.advantages import group_advantages
-from trainer.config import AlgoConfig, TrainConfig
+from trainer.components import Components
+from trainer.config import TrainConfig
 from trainer.losses import LOG_RATIO_CLAMP
+from trainer.tasks import rollout_limits, validation_specs
 from trainer.types import collate
 from trainer.update import old_logprobs
-
-if TYPE_CHECKING:
-    from trainer.components import Components
 
 
 def _to_cpu(obj: Any) -> Any:
@@ -135,37 +135,14 @@ def gap_proxy(new_logp: Tensor, rollout_logp: Tensor, mask: Tensor, adv: Tensor)
                     "mipu/val_rows": float(rows.sum())}
 
 
-def validation_specs(cfg: TrainConfig, step: int) -> list[EpisodeSpec]:
-    """Fresh validation groups for step `step`: train-split tasks not in this step's training batch."""
-    from trainer.components import TRAIN_INDICES, episode_specs  # here: components imports this package
-
-    n_prompts = cfg.algo.mipu_val_prompts or cfg.rollout.prompts_per_step
-    if n_prompts < 1 or cfg.rollout.group_size < 2:
-        raise ValueError(f"MIPU validation needs algo.mipu_val_prompts ≥ 0 and rollout.group_size ≥ 2, got "
-                         f"{cfg.algo.mipu_val_prompts} and {cfg.rollout.group_size}")
-    training = {s.options["index"] for s in episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, 1)}
-    rng = random.Random(f"mipu-validation/{cfg.seed}/{step}")
-    picked: list[int] = []
-    while len(picked) < n_prompts:
-        index = rng.choice(TRAIN_INDICES)
-        if index not in training and index not in picked:
-            picked.append(index)
-    return [EpisodeSpec(seed=index, options={"split": "train", "index": index}, group_id=g)
-            for g, index in enumerate(picked) for _ in range(cfg.rollout.group_size)]
-
-
 def validation_gap(c: Components, cfg: TrainConfig, step: int) -> tuple[float, dict[str, float]]:
     """Sample validation groups from the (already synced) engine and return T̂ with `mipu/val_*` metrics."""
-    # here, not at the top: trainer.components imports this package, so a top-level import would cycle
-    from trainer.components import rollout_limits
-
     specs = validation_specs(cfg, step)
-    limits = rollout_limits(cfg)
-    seed = random.Random(f"mipu-sampling/{cfg.seed}/{step}").randrange(2**31)
+    limits = dataclasses.replace(rollout_limits(cfg), mask_void_turns=False)  # every sample of μ counts
     trajs = []
     for start in range(0, len(specs), len(c.envs)):  # no more episodes at once than there are envs
         trajs += run_episodes(c.engine, c.agent, c.envs, specs[start: start + len(c.envs)], limits,
-                              seed=seed + start, pool=c.pool)
+                              seed=derive_seed("mipu-validation-sampling", cfg.seed, step, start), pool=c.pool)
     batch = collate(trajs, c.tokenizer.pad_token_id)
     algo = cfg.algo
     adv, adv_metrics = group_advantages(batch.rewards, batch.group_ids, norm_by_std=algo.adv_norm_by_std,
@@ -177,50 +154,43 @@ def validation_gap(c: Components, cfg: TrainConfig, step: int) -> tuple[float, d
     return t_post, stats
 
 
-def sync_engine(c: Components) -> None:
-    """Push the trainer's weights to the inference engine (the loop's sync stage)."""
-    c.engine.update_weights(c.model.named_parameters())
-
-
 @dataclass
-class MipuScreen:
+class MipuHistory:
     """Per-run MIPU state: the rejection history behind `mipu/rollback_rate` (a moving average)."""
 
     history: deque = field(default_factory=lambda: deque(maxlen=100))
 
-    def screened_update(self, c: Components, cfg: TrainConfig, step: int,
-                        run_update: Callable[[], dict[str, float]]) -> dict[str, float]:
-        """Run the update stage and sync the engine; with `algo.mipu_screen`, as a screened candidate.
-
-        `run_update()` performs the mini-batch optimizer steps of this rollout batch and returns their
-        metrics (the loop's `update` stage). Returns them plus `mipu/*` when screening.
-        """
-        algo: AlgoConfig = cfg.algo
-        if not algo.mipu_screen:
-            metrics = run_update()
-            sync_engine(c)
-            return metrics
-        if self.history.maxlen != algo.mipu_rollback_window:
-            self.history = deque(self.history, maxlen=max(algo.mipu_rollback_window, 1))
-        extra = [c.perturbation] if c.perturbation is not None else []
-        snap = take_snapshot(c.model, c.optimizer, extra)
-        metrics = run_update()
-        sync_engine(c)  # μ_{k+1}: validation is sampled from the candidate
-        t_post, val_metrics = validation_gap(c, cfg, step)
-        threshold = acceptance_threshold(step - 1, algo.mipu_threshold_start, algo.mipu_threshold_end,
-                                         algo.mipu_anneal_steps)
-        accepted = t_post >= -threshold
-        if not accepted:  # roll back θ, optimizer moments, perturbation, and the engine
-            restore_snapshot(snap, c.model, c.optimizer, extra)
-            sync_engine(c)
+    def record(self, accepted: bool, window: int) -> float:
+        """Append one screening outcome; returns the rollback rate over the last `window` of them."""
+        if self.history.maxlen != max(window, 1):
+            self.history = deque(self.history, maxlen=max(window, 1))
         self.history.append(0.0 if accepted else 1.0)
-        metrics |= val_metrics
-        metrics |= {"mipu/t_post": t_post, "mipu/threshold": threshold, "mipu/accepted": float(accepted),
-                    "mipu/rollback_rate": sum(self.history) / len(self.history)}
-        return metrics
+        return sum(self.history) / len(self.history)
 
     def state_dict(self) -> dict:
         return {"history": list(self.history)}
 
     def load_state_dict(self, state: dict) -> None:
         self.history = deque(state.get("history", []), maxlen=self.history.maxlen)
+
+
+def candidate_snapshot(c: Components) -> Snapshot:
+    """θ_k, its optimizer state and the perturbation, before the candidate update."""
+    return take_snapshot(c.model, c.optimizer, c.extra_modules())
+
+
+def screen_candidate(c: Components, cfg: TrainConfig, history: MipuHistory, snapshot: Snapshot,
+                     step: int) -> dict[str, float]:
+    """Keep the candidate θ_{k+1} (already updated and synced to the engine) iff T̂ ≥ −c(k); else restore
+    `snapshot` (weights, optimizer moments, perturbation) and re-sync the engine. Returns `mipu/*` metrics."""
+    algo = cfg.algo
+    t_post, metrics = validation_gap(c, cfg, step)
+    threshold = acceptance_threshold(step - 1, algo.mipu_threshold_start, algo.mipu_threshold_end,
+                                     algo.mipu_anneal_steps)
+    accepted = accepts(t_post, threshold)
+    if not accepted:  # roll back θ, optimizer moments, perturbation, and the engine
+        restore_snapshot(snapshot, c.model, c.optimizer, c.extra_modules())
+        c.sync_engine()
+    rate = history.record(accepted, algo.mipu_rollback_window)
+    return metrics | {"mipu/t_post": t_post, "mipu/threshold": threshold, "mipu/accepted": float(accepted),
+                      "mipu/rollback_rate": rate}

@@ -1,8 +1,8 @@
 """QUATRO — Query-Adaptive Trust-Region Policy Optimization: per-query duals (arXiv 2602.04620; reference §3.7).
 
 The paper states an exact per-query trust region solved through Lagrangian duality, per-prompt dual
-variables and a stabilizing log-ratio term, with no global clip; the method body is not public, so
-everything below is a reconstruction **[R]**, every choice exposed in `AlgoConfig` (`quatro_*`).
+variables and a stabilizing log-ratio term, with no global clip; the method body was not available when this
+was written, so everything below is a reconstruction **[R]**, every choice exposed in `AlgoConfig` (`quatro_*`).
 
 For query x with G samples and centred advantages A_i (std optional: the solution is scale-free):
 
@@ -17,8 +17,8 @@ bisection on log λ with logsumexp in float64 and clamped to [λ_min, λ_max]. I
 constraint is inactive and λ_x = λ_min; a degenerate group (all A equal) has no dual (w ≡ U) and is
 skipped. Small δ: λ_x ≈ std_pop(A)/√(2δ), so GRPO's std division is the small-step approximation.
 
-`prepare_duals(algo, batch)` runs once per rollout batch (λ frozen for every mini-batch) and replaces
-`batch.advantages` by the target log-ratios t_i = log(G·w_i) = A_i/λ_x − log Z_x (clamped to
+`quatro_targets(algo, batch)` runs once per rollout batch (λ frozen for every mini-batch) and gives the
+target log-ratios (stored as `batch.quatro_targets`, read by the loss in place of the advantages) t_i = log(G·w_i) = A_i/λ_x − log Z_x (clamped to
 ±`quatro_log_ratio_clamp`), which the `quatro` loss in `trainer/losses.py` drives each sample's log r
 toward. `realized_kl_metrics` compares the realized per-query KL after an update with δ.
 Design choices beyond the paper: duals use every row of the group (also rows whose loss mask is 0:
@@ -131,15 +131,13 @@ def _quantiles(x: Tensor, prefix: str) -> dict[str, float]:
             f"{prefix}_mean": x.double().mean().item(), f"{prefix}_min": x.min().item(), f"{prefix}_max": x.max().item()}
 
 
-def prepare_duals(algo: AlgoConfig, batch: Batch) -> dict[str, float]:
-    """Solve λ_x for every query of the rollout batch and write the targets into `batch.advantages`.
+def quatro_targets(algo: AlgoConfig, batch: Batch) -> tuple[Tensor, dict[str, float]]:
+    """Solve λ_x for every query of the rollout batch; returns the targets t_b·m (B, T) and `quatro/*` metrics.
 
-    No-op (returns {}) when `algo.quatro_delta` is 0. Needs `batch.rewards`, `batch.group_ids` (B,)
-    and `batch.loss_mask` (B, T); sets `batch.advantages = t_b·m` (B, T). Returns `quatro/*` metrics:
-    λ quantiles over non-degenerate queries, solved KL(w_λ‖U) vs δ, status fractions.
+    Needs `algo.quatro_delta > 0`, `batch.rewards`, `batch.group_ids` (B,) and `batch.loss_mask` (B, T). The
+    caller stores the targets as `batch.quatro_targets`, which the `quatro` loss reads in place of advantages.
+    Metrics: λ quantiles over non-degenerate queries, solved KL(w_λ‖U) vs δ, status fractions.
     """
-    if not algo.quatro_delta:
-        return {}
     adv, _ = group_advantages(batch.rewards, batch.group_ids, norm_by_std=algo.adv_norm_by_std,
                               leave_one_out=algo.adv_leave_one_out)  # (B,)
     mat, valid, rows = group_matrix(adv.double(), batch.group_ids)
@@ -148,7 +146,7 @@ def prepare_duals(algo: AlgoConfig, batch: Batch) -> dict[str, float]:
     target[status["degenerate"]] = 0.0  # exactly 0 (not rounding noise), so the loss skips these rows
     per_row = torch.zeros(len(batch), dtype=torch.float64)
     per_row[rows[valid]] = target[valid]
-    batch.advantages = per_row.to(batch.loss_mask.dtype)[:, None] * batch.loss_mask  # (B, T)
+    targets = per_row.to(batch.loss_mask.dtype)[:, None] * batch.loss_mask  # (B, T)
     live = ~status["degenerate"]
     solved_kl = kl_to_uniform(mat, valid, lam)[live]
     out = {f"quatro/{k}_frac": v.double().mean().item() for k, v in status.items()}
@@ -157,7 +155,7 @@ def prepare_duals(algo: AlgoConfig, batch: Batch) -> dict[str, float]:
         out["quatro/solved_kl_mean"] = solved_kl.mean().item()
         out["quatro/solved_kl_over_delta"] = solved_kl.mean().item() / algo.quatro_delta
         out["quatro/target_abs_mean"] = target[valid & live[:, None]].abs().mean().item()
-    return out
+    return targets, out
 
 
 @torch.no_grad()

@@ -37,13 +37,13 @@ Legend: B probe rows, T response positions, L perturbed layers, D hidden size.
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from agents.perturbation import LayerwisePerturbation, decoder_layers
+from envs.splits import derive_seed
 from trainer.config import TrainConfig
 from trainer.logprobs import compute_logprobs
 from trainer.losses import kl_penalty, masked_mean
@@ -178,7 +178,7 @@ class Allocator:
                  step: int) -> dict[str, float]:
         """Probe, allocate, measure, adapt the gain; writes σ into `perturbation`; returns `perturb/sprpo_*`."""
         p, temperature = cfg.perturb, cfg.rollout.temperature
-        seed = random.Random(f"sprpo/{cfg.seed}/{step}").randrange(2**40)
+        seed = derive_seed("sprpo-probe", cfg.seed, step)
         was_training = model.training
         model.eval()
         try:

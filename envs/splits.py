@@ -1,8 +1,10 @@
-"""Task splits and seed derivation shared by the household and webshop environments.
+"""Every task split and index range of every alprl env, and the one seed-derivation helper of the tree.
 
 A task is addressed by `(split, task_id)`. Splits follow WebShop's index convention on one global index line —
-test 0–499, valid 500–1499, train 1500 and up — so they are disjoint by construction; the generator's seed is a
-hash of (env tag, global index, extra parts), independent of Python's hash randomization and of the process.
+test 0–499, valid 500–1499, train 1500 and up — so they are disjoint by construction. Within train, RL draws
+from `RL_TRAIN_INDICES` and SFT expert episodes from `SFT_TRAIN_INDICES`, two disjoint ranges, so a warm start
+never saw an RL task. Seeds anywhere in alprl come from `derive_seed`: a hash of named parts, independent of
+Python's hash randomization and of the process.
 """
 
 from __future__ import annotations
@@ -14,6 +16,15 @@ SPLIT_OFFSETS: dict[str, int] = {"test": 0, "valid": 500, "train": 1500}
 # Number of tasks in each split; train is open-ended (any task_id >= 0 is valid), and `default_size` bounds
 # the task_ids drawn from `np_random` when `reset` gets no task_id.
 SPLIT_SIZES: dict[str, int | None] = {"test": 500, "valid": 1000, "train": None}
+SPLIT_RANGES: dict[str, tuple[int, int | None]] = {
+    split: (offset, None if SPLIT_SIZES[split] is None else offset + SPLIT_SIZES[split])
+    for split, offset in SPLIT_OFFSETS.items()}
+"""Global index range of each split: [start, stop); stop None = unbounded."""
+RL_TRAIN_INDICES = range(1_500, 101_500)
+"""Global train indices RL samples its tasks from (and MIPU its validation groups)."""
+SFT_TRAIN_INDICES = range(500_000, 2**31)
+"""Global train indices SFT expert episodes play (example i plays index SFT_TRAIN_INDICES[i]); disjoint from RL."""
+assert RL_TRAIN_INDICES.stop <= SFT_TRAIN_INDICES.start and RL_TRAIN_INDICES.start == SPLIT_OFFSETS["train"]
 
 
 def check_split(split: object) -> str:
@@ -52,7 +63,13 @@ def global_index(split: str, task_id: object) -> int:
     return SPLIT_OFFSETS[split] + task_id
 
 
+def sft_index(example: int) -> int:
+    """The global train index SFT example `example` plays."""
+    return SFT_TRAIN_INDICES[example]
+
+
 def derive_seed(*parts: object) -> int:
-    """A 63-bit seed from the `repr` of the parts (stable across processes and Python runs)."""
+    """A 63-bit seed from the `repr` of the parts (stable across processes and Python runs), e.g.
+    `derive_seed("rollout", seed, step)`; the first part names what the seed is for."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") >> 1

@@ -1,0 +1,127 @@
+"""The one table of env families: for each alprl env id, its CLI alias, agent, wrapper, system prompt,
+constructor arguments, SFT expert and whether it has admissible commands (action projection).
+
+Every caller — rollouts, evaluation, SFT, `alprl robustness`, config validation — looks an env up here; a new
+env is one more `EnvEntry`. Adapters to the real environments (ALFWorld, a WebShop server) share their
+generated twin's agent, wrapper and prompt, so a model trained on the twin runs on them unchanged; they have
+no SFT expert (the twin's episodes are the warm start).
+
+`env_cfg` below is the run config's `env` section (`trainer.config.EnvConfig`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+from transformers import PreTrainedTokenizerBase
+
+from agents.experts import ExpertPlayer, play_household_expert, play_tir_expert, play_webshop_expert
+from agents.household_agent import HOUSEHOLD_SYSTEM_PROMPT, HouseholdAgent, StepContext
+from agents.projection import ActionProjection
+from agents.rollout import Agent
+from agents.tir_agent import TIRAgent
+from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent
+from envs import ADAPTER_TWINS  # (importing envs registers the alprl/* environments)
+from envs.tir.styles import get_style
+
+
+def _step_limit(e: Any) -> dict:
+    return {"max_steps": e.max_steps} if e.max_steps else {}
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    env_id: str
+    alias: str
+    """Short name on the command line (`alprl robustness --env household`)."""
+    agent_class: type
+    """Formats episodes of this env for the model and parses its replies (an `agents.rollout.Agent`)."""
+    env_kwargs: Callable[[Any], dict]
+    """env_cfg → `gym.make` keyword arguments (each env takes the keys it knows)."""
+    system_prompt: Callable[[str], str]
+    """TIR style → the system prompt text the agent uses (part of the SFT tokenizer corpus)."""
+    styled: bool = False
+    """The env and its agent take a TIR style (`env.style`)."""
+    admissible_commands: bool = False
+    """The env lists admissible commands, so a reply can be projected onto them (`env.action_projection`)."""
+    wrap: Callable[[gym.Env], gym.Env] = lambda env: env
+    """The env as its agent needs it (household steps restate the task and list the admissible commands)."""
+    expert: ExpertPlayer | None = None
+    """The imperfect SFT expert; None for adapters (warm-start on the twin)."""
+
+    def make_agent(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir") -> Agent:
+        return self.agent_class(tokenizer, style=style) if self.styled else self.agent_class(tokenizer)
+
+    @property
+    def agent_format(self) -> str:
+        """Names the agent's text format ("HouseholdAgent/2"), for cache keys of data built with it."""
+        return f"{self.agent_class.__name__}/{self.agent_class.format_version}"
+
+
+def _tir_kwargs(e: Any) -> dict:
+    return {"style": e.style, "max_turns": e.max_turns, "difficulty": e.difficulty or None,
+            "task_types": e.task_types or None, "sandbox_url": e.sandbox_url or None,
+            "run_timeout_s": e.run_timeout_s}
+
+
+_HOUSEHOLD = dict(agent_class=HouseholdAgent, system_prompt=lambda style: HOUSEHOLD_SYSTEM_PROMPT,
+                  admissible_commands=True, wrap=StepContext)
+_WEBSHOP = dict(agent_class=WebShopAgent, system_prompt=lambda style: WEBSHOP_SYSTEM_PROMPT,
+                admissible_commands=True)
+
+ENTRIES: tuple[EnvEntry, ...] = (
+    EnvEntry("alprl/TIRMath-v0", "tir", TIRAgent, _tir_kwargs, lambda style: get_style(style).system_prompt,
+             styled=True, expert=play_tir_expert),
+    EnvEntry("alprl/Household-v0", "household",
+             env_kwargs=lambda e: {"task_types": e.task_types or None} | _step_limit(e),
+             expert=play_household_expert, **_HOUSEHOLD),
+    EnvEntry("alprl/WebShop-v0", "webshop", env_kwargs=lambda e: {"num_products": e.num_products} | _step_limit(e),
+             expert=play_webshop_expert, **_WEBSHOP),
+    EnvEntry("alprl/ALFWorld-v0", "alfworld",
+             env_kwargs=lambda e: {"data_path": e.alfworld_data or None, "task_types": e.task_types or None}
+             | _step_limit(e), **_HOUSEHOLD),
+    EnvEntry("alprl/WebShopServer-v0", "webshop-server",
+             env_kwargs=lambda e: {"server_url": e.webshop_url or None} | _step_limit(e), **_WEBSHOP),
+)
+BY_ID = {entry.env_id: entry for entry in ENTRIES}
+BY_ALIAS = {entry.alias: entry for entry in ENTRIES}
+
+
+def env_entry(env_id: str) -> EnvEntry:
+    """The table row of `env_id` (an id or a CLI alias); one clear error naming the known ones."""
+    entry = BY_ID.get(env_id) or BY_ALIAS.get(env_id)
+    if entry is None:
+        raise ValueError(f"no alprl env {env_id!r}; known ids: {', '.join(BY_ID)} (aliases: {', '.join(BY_ALIAS)})")
+    return entry
+
+
+def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
+    """The agent for `env_cfg.id` (anything with `.id` and `.style`)."""
+    return env_entry(env_cfg.id).make_agent(tokenizer, env_cfg.style)
+
+
+def make_env(env_cfg: Any) -> gym.Env:
+    """The configured env as rollouts, evaluation and SFT experts use it (action projection, the agent's wrapper;
+    every alprl env takes the global `index` reset option itself)."""
+    entry = env_entry(env_cfg.id)
+    env = gym.make(entry.env_id, **entry.env_kwargs(env_cfg))
+    if entry.admissible_commands:
+        env = ActionProjection(env, env_cfg.action_projection, env_cfg.projection_min_similarity,
+                               env_cfg.invalid_action_penalty)
+    elif (env_cfg.action_projection, env_cfg.invalid_action_penalty) != ("exact", 0.0):
+        raise ValueError(f"env.action_projection / env.invalid_action_penalty need an env with admissible commands "
+                         f"(household, WebShop); {entry.env_id} has none")
+    return entry.wrap(env)
+
+
+def expert_player(env_id: str) -> ExpertPlayer:
+    """The SFT expert of `env_id`; adapters have none and the error says to warm-start on the twin."""
+    entry = env_entry(env_id)
+    if entry.expert is None:
+        twin = ADAPTER_TWINS.get(entry.env_id, "its generated twin")
+        raise ValueError(f"no SFT expert for {entry.env_id}: it plays the real environment. Warm-start on its "
+                         f"generated twin {twin} (`alprl sft` with env.id={twin}) and pass that model as model.path")
+    return entry.expert
