@@ -211,6 +211,6 @@ def test_vllm_training_step_syncs_the_engine(tmp_path, sft_dir):
         trainer = HFEngine(c.model, c.tokenizer, dtype="float32").generate(requests, greedy=True)
     finally:
         c.close()
-    assert 0 <= result.metrics["rollout_corr/kl"] < 1e-3  # fp32 sampler and trainer
+    assert abs(result.metrics["rollout_corr/kl"]) < 1e-3  # fp32 sampler and trainer (a k1 sample mean: ± rounding)
     assert result.metrics["actor/grad_norm_nonfinite"] == 0
     assert after != before and after == [r.token_ids for r in trainer]
