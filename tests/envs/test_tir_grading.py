@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -72,23 +73,85 @@ def test_grading_from_worker_threads_matches_the_main_thread():
     assert got == expected == [True, False, True, False] * 5
 
 
-def test_adversarial_answer_cannot_hang_a_worker_thread():
-    # 9^(9^(9^9)) makes sympy run forever; off the main thread the grading subprocess's own timeouts end it.
+# Each attacks one way to make grading slow: deep nesting (parser recursion), a power tower (sympy evaluates
+# 9^387420489 inside one C call, which no signal interrupts), unclosed braces, and the same on the gold side.
+ADVERSARIAL = [
+    ("(" * 2000 + "1" + ")" * 2000, "1"),
+    ("{" * 2000 + "1" + "}" * 2000, "1"),
+    ("\\sqrt{" * 400 + "2" + "}" * 400, "2"),
+    ("9**9**9**9", "5"),
+    ("9^{9^{9^9}}", "5"),
+    ("10^{10^{10}}", "5"),
+    ("\\frac{1}{" * 300, "1"),
+    ("5", "9^{9^{9^9}}"),
+    ("1", "{" * 2000 + "1" + "}" * 2000),
+]
+
+
+@pytest.mark.parametrize("pred,gold", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
+def test_adversarial_answer_scores_zero_within_its_limit_from_a_worker_thread(pred, gold):
+    limit = 1.0
     with ThreadPoolExecutor(max_workers=1) as pool:
-        assert pool.submit(grade, "9^{9^{9^9}}", "5", timeout_s=1).result() is False
-        assert pool.submit(grade, "5", "5").result() is True  # and the worker still answers afterwards
+        assert pool.submit(grade, "0.5", "1/2").result()  # a ready child, so start-up is not in the timing
+        start = time.monotonic()
+        assert pool.submit(grade, pred, gold, timeout_s=limit).result() is False
+        elapsed = time.monotonic() - start
+        # The bound: the child's own timer (limit), else the parent's kill at limit + KILL_GRACE_S; 1 s of slack
+        # for a loaded test machine.
+        assert elapsed < limit + grading.KILL_GRACE_S + 1.0, elapsed
+        assert pool.submit(grade, "\\frac{1}{2}", "1/2").result() is True  # the pool still grades afterwards
 
 
 def test_adversarial_answer_on_the_main_thread_times_out_to_wrong():
+    start = time.monotonic()
     assert grade("10^{10^{10}}", "5", timeout_s=1) is False
+    assert time.monotonic() - start < 1 + grading.KILL_GRACE_S + grading.STARTUP_TIMEOUT_S
 
 
-def test_a_killed_grading_process_is_replaced():
+@pytest.fixture
+def fresh_pool(monkeypatch):
+    """A grader pool of this test's own (earlier tests leave idle children in the shared one)."""
+    pool = grading._GraderPool()
+    monkeypatch.setattr(grading, "_POOL", pool)
+    yield pool
+    pool.close()
+
+
+def test_a_child_that_misses_the_deadline_is_killed_and_replaced(fresh_pool, monkeypatch):
+    # The backstop for C code no signal interrupts: a negative grace makes the parent stop waiting 0.7 s before
+    # the child's own 1 s timer, so this slow answer (over 1 s untimed) reaches the kill path.
+    assert grade("0.5", "1/2")
+    (child,) = fresh_pool._idle
+    monkeypatch.setattr(grading, "KILL_GRACE_S", -0.7)
+    start = time.monotonic()
+    assert fresh_pool.grade("9^{9^{9^9}}", "5", 1.0) is False
+    assert time.monotonic() - start < 0.3 + 0.5 and child.proc.poll() is not None  # waited 0.3 s, then killed
+    assert fresh_pool._idle == []
+    monkeypatch.setattr(grading, "KILL_GRACE_S", 1.0)
+    assert grade("0.25", "1/4")
+    (replacement,) = fresh_pool._idle
+    assert replacement is not child and replacement.proc.poll() is None
+
+
+def test_concurrent_graders_answer_in_parallel(fresh_pool):
+    # MAX_GRADERS ready children: slow answers from as many threads take one limit (~1 s) in all, not one each.
+    n = grading.MAX_GRADERS
+    fresh_pool._idle = [grading._Grader() for _ in range(n)]
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        got = list(pool.map(lambda _: grade("9^{9^{9^9}}", "5", timeout_s=1.0), range(n)))
+    elapsed = time.monotonic() - start
+    assert got == [False] * n and len(fresh_pool._idle) == n
+    assert elapsed < 1.8 if n > 1 else elapsed < 1.0 + grading.KILL_GRACE_S + 1.0  # serial would take n seconds
+
+
+def test_a_killed_grading_process_is_replaced(fresh_pool):
     with ThreadPoolExecutor(max_workers=1) as pool:
-        assert pool.submit(grade, "2", "2").result()
-        grading._WORKER._proc.kill()
-        grading._WORKER._proc.wait()
-        assert pool.submit(grade, "3", "3").result()
+        assert pool.submit(grade, "0.5", "1/2").result()
+        for child in fresh_pool._idle:
+            child.proc.kill()
+            child.proc.wait()
+        assert pool.submit(grade, "0.75", "3/4").result()
 
 
 @pytest.mark.parametrize("pred,gold", [
@@ -100,3 +163,12 @@ def test_integer_fast_path_agrees_with_math_verify(pred, gold):
 
     assert PLAIN_INTEGER.fullmatch(pred.strip()) and PLAIN_INTEGER.fullmatch(gold.strip())
     assert grade(pred, gold) == verify_answer(pred.strip(), gold)
+
+
+def test_grade_is_false_not_an_exception_when_no_child_can_start(fresh_pool, monkeypatch):
+    def refuse():
+        raise OSError("fork: resource temporarily unavailable")
+
+    monkeypatch.setattr(grading, "_Grader", refuse)
+    assert grade("0.5", "1/2") is False
+    assert grade("7", "7") is True  # the integer fast path needs no child

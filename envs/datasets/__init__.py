@@ -1,0 +1,9 @@
+"""Local math datasets (MATH500, AIME, Minerva, OlympiadBench, DAPO / verl parquet) as `MathProblem` lists."""
+
+from envs.datasets.answers import normalize_answer
+from envs.datasets.files import DatasetError, fingerprint
+from envs.datasets.layouts import LAYOUT_NAMES, LAYOUTS, detect_layout
+from envs.datasets.loader import MathProblem, load_dataset
+
+__all__ = ["LAYOUTS", "LAYOUT_NAMES", "DatasetError", "MathProblem", "detect_layout", "fingerprint", "load_dataset",
+           "normalize_answer"]
