@@ -3,10 +3,12 @@
 - A `\\boxed{...}` / `\\fbox{...}` inside the value (nested braces allowed) → its content (the last complete box,
   the convention of MATH-style solutions; same extractor as the TIR grader).
 - Math delimiters around the whole value are dropped: `$…$`, `$$…$$`, `\\(…\\)`, `\\[…\\]` (the grader wraps the
-  gold in `$…$` itself, so a second pair would parse as an empty formula).
+  gold in `$…$` itself; a bare gold is the same string however the file wrote it, and "$33$" reaches the grader's
+  integer fast path as "33").
 - A plain integer loses its leading zeros and `+` sign (AIME answers are written "033" or 33; both mean 33).
-- A list (OlympiadBench `final_answer`) → its items normalized and joined with ", " — the form math-verify reads as
-  a tuple/set of several answers, which is how OlympiadBench's multiple answers are graded.
+- A list (OlympiadBench `final_answer`) → its items normalized and joined with ", ": math-verify parses that as a
+  set of answers, so a prediction must give all of them, in any order ("1/2, 3" matches "3, \\frac{1}{2}"; "3"
+  alone does not).
 """
 
 from __future__ import annotations

@@ -54,6 +54,14 @@ def test_each_layout_loads_to_plain_question_and_normalized_answer(tmp_path):
     assert got["qa"].answer == "70"
 
 
+def test_a_list_answer_is_graded_as_a_set_of_answers(tmp_path):
+    from envs.tir.grading import grade
+
+    (p,) = load_dataset(write_jsonl(tmp_path / "ob.jsonl", [LAYOUT_ROWS["olympiadbench"]]))
+    assert grade("\\frac{1}{2}, 3", p.answer) and grade("3, 0.5", p.answer)
+    assert not grade("3", p.answer) and not grade("3, 4", p.answer)
+
+
 def test_dapo_rows_lose_their_instruction_wrapper(tmp_path):
     row = {"data_source": "math_dapo", "prompt": chat(f"{DAPO_PREFIX}\n\nLet $x$ be 3. Find $x^2$.\n\n{DAPO_SUFFIX}"),
            "ability": "MATH", "reward_model": {"ground_truth": "9", "style": "rule-lighteval/MATH_v2"},
