@@ -19,10 +19,14 @@ import gymnasium as gym
 
 from agents.household_agent import command_turn
 from envs.household import expert_action as household_expert
-from envs.splits import sft_index
+from envs.splits import derive_seed, sft_index
 from envs.tir.expert import expert_turns
 from envs.tir.tasks import generate_task
 from envs.webshop import expert_action as webshop_expert
+
+EXPERT_DATA_VERSION = 2
+"""Part of the SFT cache key: bump it when the experts play differently for the same config (version 2: the
+expert's randomness comes from `derive_seed`)."""
 
 
 @dataclass
@@ -40,13 +44,8 @@ ExpertPlayer = Callable[[Any, gym.Env, int], ExpertEpisode]
 
 
 def expert_rng(cfg: Any, index: int) -> random.Random:
-    """The expert's own randomness for example `index` (its skips, miscopies, exploration order).
-
-    Not `derive_seed`, on purpose: the demo's tiny model learns to copy tool results abruptly and only from some
-    data orders. With this expert data and SFT batch order (trainer/sft.py) the demo's warm start reaches 44.5%
-    held-out; derived from `derive_seed("expert", ...)` / `derive_seed("sft-batches", ...)` the same recipe
-    measured 0% (it never learned to copy), so these two keep the formulas the recipes were tuned on."""
-    return random.Random(cfg.seed * 7919 + index)
+    """The expert's own randomness for example `index` (its skips, miscopies, exploration order)."""
+    return random.Random(derive_seed("expert", cfg.seed, index))
 
 
 def sft_reset(env: gym.Env, index: int) -> str:

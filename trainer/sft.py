@@ -30,6 +30,7 @@ from agents.env_families import env_entry, expert_player, make_agent, make_env
 from agents.experts import ExpertEpisode
 from agents.models import build_tiny_model, save_pretrained, train_tokenizer
 from agents.rollout import Agent
+from envs.splits import derive_seed
 from trainer import sft_resume
 from trainer.checkpoint import disk_full_as_error, tensor_bytes
 from trainer.config import TrainConfig
@@ -180,7 +181,7 @@ def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[
     The floor matters for tiny models: copying numbers (induction) appears abruptly after a few hundred
     steps, and a schedule that has already decayed to ~0 by then never gets there.
     """
-    rng = random.Random(cfg.seed)  # the data order the recipes were tuned on (see agents/experts.py expert_rng)
+    rng = random.Random(derive_seed("sft-batches", cfg.seed))
     steps_per_epoch = math.ceil(len(data) / cfg.sft.batch_size)
     total = steps_per_epoch * cfg.sft.epochs
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, betas=(0.9, 0.95), weight_decay=0.01)

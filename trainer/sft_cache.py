@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from agents.env_families import env_entry
+from agents.experts import EXPERT_DATA_VERSION
 from trainer.config import ConfigError, TrainConfig
 
 META_FILE = "sft_meta.json"
@@ -24,7 +25,7 @@ def sft_inputs(cfg: TrainConfig) -> dict:
     sft = {k: v for k, v in asdict(cfg.sft).items() if k not in ("output_dir", "save_every")}
     return {"sft": sft, "model": model, "env": env, "seed": cfg.seed,
             "max_obs_tokens": cfg.rollout.max_obs_tokens,  # observations are cut in the SFT data too
-            "agent_format": env_entry(cfg.env.id).agent_format}
+            "agent_format": env_entry(cfg.env.id).agent_format, "expert_data_version": EXPERT_DATA_VERSION}
 
 
 def sft_fingerprint(cfg: TrainConfig) -> str:
