@@ -25,7 +25,10 @@ from agents.rollout import Agent
 from agents.tir_agent import TIRAgent
 from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent
 from envs import ADAPTER_TWINS  # (importing envs registers the alprl/* environments)
+from envs.adapters.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES
+from envs.household import TASK_TYPES as HOUSEHOLD_TASK_TYPES
 from envs.tir.styles import get_style
+from envs.tir.tasks import TASK_TYPES as TIR_TASK_TYPES
 
 
 def _step_limit(e: Any) -> dict:
@@ -51,6 +54,8 @@ class EnvEntry:
     """The env as its agent needs it (household steps restate the task and list the admissible commands)."""
     expert: ExpertPlayer | None = None
     """The imperfect SFT expert; None for adapters (warm-start on the twin)."""
+    task_types: tuple[str, ...] = ()
+    """Task types `env.task_types` may restrict the env to; empty: the env has none."""
 
     def make_agent(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir") -> Agent:
         return self.agent_class(tokenizer, style=style) if self.styled else self.agent_class(tokenizer)
@@ -74,15 +79,15 @@ _WEBSHOP = dict(agent_class=WebShopAgent, system_prompt=lambda style: WEBSHOP_SY
 
 ENTRIES: tuple[EnvEntry, ...] = (
     EnvEntry("alprl/TIRMath-v0", "tir", TIRAgent, _tir_kwargs, lambda style: get_style(style).system_prompt,
-             styled=True, expert=play_tir_expert),
+             styled=True, expert=play_tir_expert, task_types=tuple(TIR_TASK_TYPES)),
     EnvEntry("alprl/Household-v0", "household",
              env_kwargs=lambda e: {"task_types": e.task_types or None} | _step_limit(e),
-             expert=play_household_expert, **_HOUSEHOLD),
+             expert=play_household_expert, task_types=tuple(HOUSEHOLD_TASK_TYPES), **_HOUSEHOLD),
     EnvEntry("alprl/WebShop-v0", "webshop", env_kwargs=lambda e: {"num_products": e.num_products} | _step_limit(e),
              expert=play_webshop_expert, **_WEBSHOP),
     EnvEntry("alprl/ALFWorld-v0", "alfworld",
              env_kwargs=lambda e: {"data_path": e.alfworld_data or None, "task_types": e.task_types or None}
-             | _step_limit(e), **_HOUSEHOLD),
+             | _step_limit(e), task_types=tuple(ALFWORLD_TASK_TYPES), **_HOUSEHOLD),
     EnvEntry("alprl/WebShopServer-v0", "webshop-server",
              env_kwargs=lambda e: {"server_url": e.webshop_url or None} | _step_limit(e), **_WEBSHOP),
 )

@@ -41,21 +41,15 @@ from agents.env_families import BY_ID as ENV_FAMILIES
 from agents.models import resolve_local
 from agents.perturbation import parse_layers
 from agents.projection import PROJECTIONS
-from envs.adapters.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES
-from envs.household import TASK_TYPES as HOUSEHOLD_TASK_TYPES
+from envs.household.expert import SEARCH_ORDERS
 from envs.splits import SPLIT_SIZES
 from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
-from envs.tir.tasks import TASK_TYPES as TIR_TASK_TYPES
 from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
 from trainer.errors import ConfigError
 from trainer.losses import AGG_MODES, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
 
 TEST_TASKS = SPLIT_SIZES["test"]  # every env's held-out split has this many tasks
-TASK_TYPES = {"alprl/TIRMath-v0": tuple(TIR_TASK_TYPES), "alprl/Household-v0": HOUSEHOLD_TASK_TYPES,
-              "alprl/ALFWorld-v0": ALFWORLD_TASK_TYPES}
-"""Task types each env can be restricted to (`env.task_types`); an env missing here takes none."""
-EXPERT_SEARCH = ("random", "ordered")  # envs/household/expert.py expert_action's `search`
 
 Check = tuple[str, str, Callable[[Any], bool]]
 RANGES: tuple[Check, ...] = (
@@ -161,14 +155,15 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("env.id", e.id, list(ENV_FAMILIES), "an alprl env id"),
             *_choice("env.style", e.style, list(STYLES), "a TIR style"),
             *_choice("env.action_projection", e.action_projection, PROJECTIONS, "an action projection"),
-            *_choice("env.expert_search", e.expert_search, EXPERT_SEARCH, "an expert search order")]
+            *_choice("env.expert_search", e.expert_search, SEARCH_ORDERS, "an expert search order")]
 
 
 def _env_rules(cfg: Any) -> list[str]:
     e, out = cfg.env, []
     if e.task_types:
-        valid = TASK_TYPES.get(e.id)
-        if valid is None:
+        family = ENV_FAMILIES.get(e.id)
+        valid = family.task_types if family else ()
+        if not valid:
             out.append(f"env.task_types={e.task_types!r}: {e.id} has no task types; leave it empty")
         elif unknown := [t for t in e.task_types if t not in valid]:
             out.append(f"env.task_types={e.task_types!r} names unknown task types of {e.id} "

@@ -76,7 +76,7 @@ def _repack_cpu_gemms(model: torch.nn.Module) -> None:
     On CPU vLLM prepacks each matmul weight into a oneDNN / sgl handle (`module.cpu_linear`). The layerwise reload
     rebuilds it for layers it loads, but a tied LM head receives its values through `embed_tokens` and keeps the
     handle packed from the old weights (vLLM 0.32, layerwise.py "Limitations 2"): its logits would be stale. Layers
-    whose weight was consumed by packing hold an empty placeholder and were rebuilt by the reload already.
+    whose weight was consumed by packing keep a 0-element weight tensor and were rebuilt by the reload already.
     """
     from vllm.platforms import current_platform
 

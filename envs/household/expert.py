@@ -33,6 +33,8 @@ MAX_STEPS = 50
 _VERB = {"sinkbasin": "clean", "microwave": "heat", "fridge": "cool"}
 
 
+SEARCH_ORDERS = ("random", "ordered")  # expert_action's `search`: unseen receptacles at random or in order
+
 def _randbelow(rng: Any, n: int) -> int:
     if isinstance(rng, random.Random):
         return rng.randrange(n)
@@ -140,7 +142,7 @@ def expert_action(env_or_world: Any, rng: Any = None, epsilon: float = 0.0, priv
     if (epsilon > 0 or not privileged) and rng is None:
         raise ValueError("expert_action: pass rng (random.Random or numpy Generator) when epsilon > 0 or "
                          "privileged=False")
-    if search not in ("random", "ordered"):
+    if search not in SEARCH_ORDERS:
         raise ValueError(f"expert_action: search={search!r}; use 'random' or 'ordered'")
     if epsilon > 0 and rng.random() < epsilon:
         cmds = sorted(admissible(w, base_commands(w)))
