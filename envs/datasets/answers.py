@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from envs.tir.grading import extract_boxed
+from envs.boxed import extract_boxed
 
 PLAIN_INTEGER = re.compile(r"[+-]?[0-9]+")
 LIST_SEPARATOR = ", "

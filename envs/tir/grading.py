@@ -1,7 +1,7 @@
 """Answer extraction and math-verify grading (reference/environments.md §1, "Grading").
 
 - `extract_boxed(text)`: content of the last complete `\\boxed{...}` / `\\fbox{...}` (nested braces allowed),
-  found in one linear pass, so adversarial model text cannot make it quadratic.
+  found in one linear pass, so adversarial model text cannot make it quadratic (`envs/boxed.py`, re-exported).
 - `grade(pred, gold)`: `verify(parse("$" + gold + "$"), parse("\\boxed{" + pred + "}"))`, gold first (verify is
   not symmetric), bounded in time per answer (`timeout_s`, 2 s by default) from any thread; a slow or hanging
   answer scores 0 (False). How: math-verify's own timeouts use SIGALRM, which only works on the main thread, and
@@ -31,57 +31,14 @@ import sys
 import threading
 from pathlib import Path
 
-BOX_COMMANDS = ("\\boxed", "\\fbox")
+from envs.boxed import BOX_COMMANDS, extract_boxed, has_boxed  # noqa: F401  (re-exported: the grader's API)
+
 PLAIN_INTEGER = re.compile(r"[+-]?[0-9]{1,200}")
 MAX_ANSWER_CHARS = 1000
 DEFAULT_TIMEOUT_S = 2.0
 KILL_GRACE_S = 1.0  # how long past the child's own timer the parent waits before killing it (pipe + scheduling)
 STARTUP_TIMEOUT_S = 60.0  # a child imports math-verify (sympy) before it is ready; a loaded machine is slow
 MAX_GRADERS = max(1, min(4, os.cpu_count() or 1))  # concurrent grading children per process
-
-
-def _matching_braces(text: str) -> dict[int, int]:
-    """Map the index of every balanced '{' to the index of its '}' (one pass, a stack)."""
-    stack: list[int] = []
-    pairs: dict[int, int] = {}
-    for i, ch in enumerate(text):
-        if ch == "{":
-            stack.append(i)
-        elif ch == "}" and stack:
-            pairs[stack.pop()] = i
-    return pairs
-
-
-def _box_openings(text: str) -> list[int]:
-    """Indices of the '{' that opens each `\\boxed{` / `\\fbox{` (spaces allowed before the brace)."""
-    found = []
-    for cmd in BOX_COMMANDS:
-        start = text.find(cmd)
-        while start != -1:
-            j = start + len(cmd)
-            while j < len(text) and text[j] == " ":
-                j += 1
-            if j < len(text) and text[j] == "{":
-                found.append(j)
-            start = text.find(cmd, start + 1)
-    return sorted(found)
-
-
-def extract_boxed(text: str) -> str | None:
-    """Content of the last complete `\\boxed{...}` or `\\fbox{...}` in `text`, or None."""
-    openings = _box_openings(text)
-    if not openings:
-        return None
-    pairs = _matching_braces(text)
-    for brace in reversed(openings):
-        if brace in pairs:
-            return text[brace + 1: pairs[brace]]
-    return None
-
-
-def has_boxed(text: str) -> bool:
-    """Whether the text attempts a boxed answer (SimpleTIR's test: `\\boxed{` appears), complete or not."""
-    return bool(_box_openings(text))
 
 
 def verify_answer(pred: str, gold: str, *, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> bool:
