@@ -1,6 +1,9 @@
 """Held-out evaluation: per-example records first, reductions separately.
 
-The same `evaluation_records` runs inside training (every `eval_every` steps) and on its own.
+The same `evaluation_records` runs inside training (every `eval_every` steps), in `alprl eval` and in every
+condition of `alprl robustness`; `EvalSettings` is what all three read (`trainer/run_config.py` builds it from a
+run config), so a checkpoint is played with the env, prompt format, stop strings, limits and sampling its run
+evaluated it with.
 """
 
 from __future__ import annotations
@@ -9,13 +12,38 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
 from agents.engines.base import Engine
+from agents.env_families import make_agent, make_env
 from agents.rollout import Agent, EpisodeSpec, RolloutLimits, run_episodes
 from envs.splits import derive_seed
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How a model is evaluated. `env`: a run config's env section (what `agents.env_families.make_env` and
+    `make_agent` read); `num_envs`: episodes played per engine call, which also fixes each episode's sampling seed
+    (seeds derive from `seed`, the call's first episode and the episode's place in the call)."""
+
+    env: Any
+    limits: RolloutLimits
+    samples_per_task: int = 1
+    greedy: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    num_envs: int = 16
+
+    def make_envs(self, num_episodes: int) -> list[gym.Env]:
+        """The envs one evaluation of `num_episodes` episodes plays on (never more than `num_envs`)."""
+        return [make_env(self.env) for _ in range(max(1, min(self.num_envs, num_episodes)))]
+
+    def make_agent(self, tokenizer) -> Agent:
+        return make_agent(self.env, tokenizer)
 
 
 def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,

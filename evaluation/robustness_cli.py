@@ -10,28 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-import envs  # noqa: F401  (registers the alprl/* environments)
 from agents.engines.hf import HFEngine
-from agents.env_families import env_entry, make_agent
+from agents.env_families import env_entry
 from agents.models import load_model_and_tokenizer
-from agents.rollout import RolloutLimits
-from evaluation.evaluate import evaluation_records
+from evaluation.evaluate import EvalSettings, evaluation_records
 from evaluation.robustness import DEFAULT_SCALES, Scale, check_families, robustness_sweep
 from evaluation.robustness_report import write_robustness_report
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What `agents.env_families.make_agent` reads: the env id and the TIR style."""
-
-    id: str
-    style: str = "simpletir"
 
 
 def parse_scale(text: str) -> Scale:
@@ -63,54 +52,49 @@ def _probe_prompts(env: gym.Env, agent: Any, split: str, n: int) -> list[list[in
     return prompts
 
 
-def run_robustness(checkpoint: str | Path, env_id: str = "alprl/TIRMath-v0",
+def run_robustness(checkpoint: str | Path, settings: EvalSettings,
                    families: Iterable[str] = ("noise", "prune", "quant"),
                    scales: Mapping[str, Sequence[Scale]] | None = None,
-                   out_dir: str | Path = "runs/robustness", num_tasks: int = 16, *, samples_per_task: int = 1,
-                   greedy: bool = True, split: str = "test",
-                   style: str = "simpletir", env_kwargs: Mapping[str, Any] | None = None,
-                   limits: RolloutLimits | None = None, dtype: str = "float32", temperature: float = 1.0,
-                   top_p: float = 1.0, layers: str | list[int] = "all", seed: int = 0, num_envs: int = 16,
-                   num_probes: int = 4, progress: Callable[[str], None] | None = None) -> Path:
+                   out_dir: str | Path = "runs/robustness", num_tasks: int = 16, *, split: str = "test",
+                   dtype: str = "float32", layers: str | list[int] = "all", num_probes: int = 4,
+                   meta: Mapping[str, Any] | None = None, progress: Callable[[str], None] | None = None) -> Path:
     """Evaluate `checkpoint` clean and under each (family, scale); returns `<out_dir>/robustness.html`.
 
     checkpoint: a directory from `save_pretrained` (or a model in the local HF cache).
-    env_id: an env id or alias of the env-family table (`agents/env_families.py`).
+    settings: env, limits, samples, sampling and seed, identical for every condition (`trainer.run_config.
+        eval_settings` gives a run's own; the tasks are `split` indices 0..num_tasks-1).
     families / scales: see `evaluation.robustness` (scales default to `DEFAULT_SCALES`).
-    num_tasks, samples_per_task, greedy, split, seed: the tasks and sampling, identical for every condition.
-    style, env_kwargs: TIR style (agent and env) and extra `gym.make` arguments.
-    dtype, temperature, top_p: the HF engine's settings; layers: decoder layers to perturb ('all', '0-5').
+    dtype: the HF engine's dtype; layers: decoder layers to perturb ('all', '0-5').
     num_probes: prompts on which the clean-vs-perturbed KL is measured (0 = skip).
+    meta: more facts for the report (where the settings came from).
     """
-    if num_tasks < 1 or samples_per_task < 1:
-        raise ValueError(f"run_robustness: num_tasks={num_tasks} and samples_per_task={samples_per_task} "
+    if num_tasks < 1 or settings.samples_per_task < 1:
+        raise ValueError(f"run_robustness: num_tasks={num_tasks} and samples_per_task={settings.samples_per_task} "
                          "must both be >= 1")
     names = check_families(families)
     model, tokenizer = load_model_and_tokenizer(checkpoint)
-    env_id = env_entry(env_id).env_id  # an alias (tir, household, ...) names its env
-    kwargs = ({"style": style} if env_entry(env_id).styled else {}) | dict(env_kwargs or {})
-    agent = make_agent(EnvSpec(env_id, style), tokenizer)
-    limits = limits or RolloutLimits()
-    n_envs = max(1, min(num_envs, num_tasks * samples_per_task))
-    env_list = [gym.make(env_id, **kwargs) for _ in range(n_envs)]
+    agent = settings.make_agent(tokenizer)
+    env_list = settings.make_envs(num_tasks * settings.samples_per_task)
     pool = ThreadPoolExecutor(max_workers=8)
 
     def run_eval(perturbed) -> list[dict[str, Any]]:
-        engine = HFEngine(perturbed, tokenizer, dtype=dtype, temperature=temperature, top_p=top_p)
-        return evaluation_records(engine, agent, env_list, split, num_tasks, limits,
-                                  samples_per_task=samples_per_task, greedy=greedy, seed=seed, pool=pool)
+        engine = HFEngine(perturbed, tokenizer, dtype=dtype, temperature=settings.temperature, top_p=settings.top_p)
+        return evaluation_records(engine, agent, env_list, split, num_tasks, settings.limits,
+                                  samples_per_task=settings.samples_per_task, greedy=settings.greedy,
+                                  seed=settings.seed, pool=pool)
 
     try:
         probes = _probe_prompts(env_list[0], agent, split, min(num_probes, num_tasks))
-        records = robustness_sweep(model, run_eval, names, scales, layers=layers, seed=seed,
+        records = robustness_sweep(model, run_eval, names, scales, layers=layers, seed=settings.seed,
                                    probe_ids=probes, progress=progress)
     finally:
         pool.shutdown()
         for env in env_list:
             env.close()
     grid = {f: [str(s) for s in (dict(scales or {}).get(f) or DEFAULT_SCALES[f])] for f in names}
-    meta = {"checkpoint": str(checkpoint), "env": env_id, "split": split, "num_tasks": num_tasks,
-            "samples_per_task": samples_per_task, "greedy": greedy, "seed": seed, "engine_dtype": dtype,
-            "temperature": temperature, "layers": str(layers), "scales": grid}
+    meta = {"checkpoint": str(checkpoint), "env": env_entry(settings.env.id).env_id, "split": split,
+            "num_tasks": num_tasks, "samples_per_task": settings.samples_per_task, "greedy": settings.greedy,
+            "seed": settings.seed, "engine_dtype": dtype, "temperature": settings.temperature,
+            "layers": str(layers), "scales": grid, **dict(meta or {})}
     title = f"Robustness of {Path(str(checkpoint)).name}"
     return write_robustness_report(out_dir, records, meta, title=title)

@@ -1,7 +1,8 @@
 """The only writer of checkpoints.
 
 Layout: `<run>/checkpoints/step_<k>/` holds a Hugging Face model directory (safetensors weights, config,
-generation config, tokenizer: loadable by transformers and vLLM) plus `trainer_state.pt` (optimizer state,
+generation config, tokenizer: loadable by transformers and vLLM), the run's resolved config
+(`alprl_config.yaml`, read back by `alprl eval` and `alprl robustness`) and `trainer_state.pt` (optimizer state,
 step, RNG states) for `--resume`. `<run>/checkpoints/latest` names the newest complete checkpoint; it is
 written last (under a temporary name, then renamed), so an interrupted save never becomes the resume point.
 
@@ -24,6 +25,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agents.models import save_pretrained
+from trainer.config import TrainConfig
+from trainer.run_config import write_run_config
 
 STATE_FILE = "trainer_state.pt"
 FULL_BYTES = 2**20  # a write fails on a full disk with at most a few blocks left free
@@ -45,8 +48,10 @@ class CheckpointWriteError(OSError):
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
-                    optimizer: torch.optim.Optimizer, extra: dict[str, Any] | None = None, keep: int = 3) -> Path:
-    """Write step `step` atomically (tmp dir + rename), update `latest`, keep the newest `keep`."""
+                    optimizer: torch.optim.Optimizer, extra: dict[str, Any] | None = None, keep: int = 3,
+                    run_config: TrainConfig | None = None) -> Path:
+    """Write step `step` atomically (tmp dir + rename), update `latest`, keep the newest `keep`; `run_config` is
+    saved beside the weights."""
     root = checkpoint_dir(run_dir)
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}"
@@ -64,6 +69,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, toke
     needed = tensor_bytes([model.state_dict(), optimizer.state_dict()])
     with disk_full_as_error(root, f"checkpoint {final}", needed, kept, remove_partial):
         save_pretrained(model, tokenizer, tmp)
+        if run_config is not None:
+            write_run_config(tmp, run_config)
         torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": _rng_state(), "extra": extra or {}},
                    tmp / STATE_FILE)
         shutil.rmtree(final, ignore_errors=True)

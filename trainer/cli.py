@@ -8,6 +8,7 @@ and one line naming the key and the valid choices.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -64,34 +65,70 @@ def _add_robustness_parser(sub) -> None:
     rob = sub.add_parser("robustness", help="success of a checkpoint under hidden-state noise, pruning and "
                          "quantization → HTML + JSON + PNG report",
                          description="Evaluate a checkpoint clean and under each perturbation family and scale "
-                         "(the same tasks and sampling seeds for every condition).")
+                         "(the same tasks and sampling seeds for every condition). A checkpoint of an alprl run is "
+                         "played as its run evaluated it: env and task filters, prompt format, limits, samples, "
+                         "sampling and seed come from its alprl_config.yaml; options and key=value overrides "
+                         "change them.", epilog="overrides: run config keys, e.g. env.max_turns=5 eval_samples=4",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     rob.add_argument("--checkpoint", required=True, help="HF model directory (e.g. runs/demo/checkpoints/step_30)")
-    rob.add_argument("--env", default="tir", help="an env alias of agents/env_families.py (tir, household, "
-                     "webshop, alfworld, webshop-server) or an alprl env id (default: tir)")
+    rob.add_argument("--env", default="", help="an env alias of agents/env_families.py (tir, math, household, "
+                     "webshop, alfworld, webshop-server) or an alprl env id (default: the run's env, else tir)")
     rob.add_argument("--perturb", default="noise,prune,quant", help="families, comma separated "
                      "(noise, prune, prune_nm, quant)")
     rob.add_argument("--scales", default="", help="per-family scales, e.g. 'noise=0.05,0.1;quant=int8,int4' "
                      "(default: the evaluator's built-in sweep)")
-    rob.add_argument("--tasks", type=int, default=32, help="held-out tasks (default 32)")
-    rob.add_argument("--samples", type=int, default=1, help="samples per task (default 1)")
-    rob.add_argument("--sample", action="store_true", help="sample at temperature 1 instead of greedy decoding")
+    rob.add_argument("--tasks", type=int, default=32, help="held-out tasks: test indices 0..N-1 (default 32)")
+    rob.add_argument("--samples", type=int, default=0, help="samples per task (default: the run's eval_samples, "
+                     "else 1)")
+    decoding = rob.add_mutually_exclusive_group()
+    decoding.add_argument("--sample", action="store_true", help="sample at the run's temperature (the default "
+                          "for a run that evaluates sampled, eval_greedy=false)")
+    decoding.add_argument("--greedy", action="store_true", help="greedy decoding (the default without a run "
+                          "config)")
+    rob.add_argument("--no-run-config", action="store_true", help="ignore the checkpoint's alprl_config.yaml")
     rob.add_argument("--layers", default="all", help="decoder layers to perturb: all, 0-5, ... (default all)")
     rob.add_argument("--out", default="", help="output directory (default <checkpoint>/robustness)")
-    rob.add_argument("--seed", type=int, default=0)
+    rob.add_argument("--seed", type=int, default=None, help="sampling seed (default: the run's seed, else 0)")
+    rob.add_argument("overrides", nargs="*", metavar="key=value", help="run config overrides")
+
+
+def robustness_settings(args: argparse.Namespace):
+    """EvalSettings of `alprl robustness`: the checkpoint's run config (or the defaults) with the options applied;
+    also returns where they came from, for the report."""
+    from pathlib import Path
+
+    from agents.env_families import env_entry
+    from trainer.run_config import RUN_CONFIG_FILE, eval_settings, load_run_config
+
+    run_cfg = None if args.no_run_config else load_run_config(args.checkpoint)
+    overrides = list(args.overrides)
+    if args.env and (run_cfg is None or env_entry(args.env).env_id != run_cfg.env.id):
+        run_cfg = None  # another env than the run's: its env section does not apply
+        overrides.insert(0, f"env.id={env_entry(args.env).env_id}")
+    path = Path(args.checkpoint) / RUN_CONFIG_FILE
+    cfg = build_config(path if run_cfg is not None else None, overrides)
+    settings = eval_settings(cfg)
+    greedy = settings.greedy if run_cfg is not None else True
+    settings = dataclasses.replace(
+        settings, samples_per_task=args.samples or (settings.samples_per_task if run_cfg is not None else 1),
+        greedy=True if args.greedy else False if args.sample else greedy,
+        seed=settings.seed if args.seed is None else args.seed)
+    return settings, {"settings_from": str(path) if run_cfg is not None else "alprl defaults (no run config)"}
 
 
 def run_robustness_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from evaluation.robustness_cli import parse_scales, run_robustness
+    from trainer.run_config import run_eval_on_tasks
 
     try:
+        settings, meta = robustness_settings(args)
         scales = parse_scales(args.scales) if args.scales else None
         families = [f.strip() for f in args.perturb.split(",") if f.strip()]
-        report = run_robustness(args.checkpoint, args.env, families, scales,
-                                args.out or Path(args.checkpoint) / "robustness", args.tasks,
-                                samples_per_task=args.samples, greedy=not args.sample, layers=args.layers,
-                                seed=args.seed, progress=print)
+        report = run_robustness(args.checkpoint, settings, families, scales,
+                                args.out or Path(args.checkpoint) / "robustness", args.tasks, layers=args.layers,
+                                meta=meta | run_eval_on_tasks(args.checkpoint, args.tasks), progress=print)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"alprl robustness: error: {exc}", file=sys.stderr)
         return 2

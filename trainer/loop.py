@@ -34,6 +34,7 @@ from trainer.metrics import mean_of, rollout_metrics
 from trainer.mismatch_metrics import mismatch_diagnostics
 from trainer.objective import prepare_corrections
 from trainer.progress import progress_bar
+from trainer.run_config import eval_settings
 from trainer.tasks import episode_specs, rollout_limits
 from trainer.types import Batch, collate
 from trainer.update import minibatch_rows, old_logprobs, update_policy
@@ -107,10 +108,9 @@ def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int
 
 def evaluate(c: Components, cfg: TrainConfig, step: int) -> dict[str, float]:
     """Held-out (test split) evaluation; per-episode records go to `<run>/eval/step_<k>.jsonl`."""
-    limits = rollout_limits(cfg)
-    records = evaluation_records(c.engine, c.agent, c.envs, "test", cfg.eval_tasks, limits,
-                                 samples_per_task=cfg.eval_samples, greedy=cfg.eval_greedy, seed=cfg.seed,
-                                 pool=c.pool)
+    s = eval_settings(cfg)  # what `alprl eval` and `alprl robustness` read from a checkpoint's run config too
+    records = evaluation_records(c.engine, c.agent, c.envs[: s.num_envs], "test", cfg.eval_tasks, s.limits,
+                                 samples_per_task=s.samples_per_task, greedy=s.greedy, seed=s.seed, pool=c.pool)
     out = Path(cfg.output_dir) / "eval"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"step_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -160,7 +160,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
                 logger.log(step, result.metrics)
                 results.append(result)
                 if step % cfg.save_every == 0 or step == cfg.steps:
-                    save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer, extra=extra_state(c, algos))
+                    save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer, extra=extra_state(c, algos),
+                                    run_config=cfg)
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
     finally:
         logger.close()

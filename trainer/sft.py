@@ -36,6 +36,7 @@ from trainer.checkpoint import disk_full_as_error, tensor_bytes
 from trainer.config import TrainConfig
 from trainer.logger import MetricLogger
 from trainer.progress import progress_bar
+from trainer.run_config import write_run_config
 from trainer.sft_cache import META_FILE, sft_fingerprint, sft_inputs
 
 OVER_BUDGET_WARN_FRAC = 0.02  # warn when more expert episodes than this exceed the RL response budget
@@ -145,6 +146,7 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     with disk_full_as_error(out, f"the SFT model {out}", tensor_bytes(model.state_dict()), kept,
                             lambda: (out / "model.safetensors").unlink(missing_ok=True)):
         save_pretrained(model, tokenizer, out)
+        write_run_config(out, cfg)
     meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
             "num_parameters": sum(p.numel() for p in model.parameters()), **info,
             "train_seconds": round(t2 - t1, 1), "resumed_from_step": start or 0}

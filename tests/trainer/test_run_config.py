@@ -1,0 +1,87 @@
+"""A checkpoint carries its run config, and `alprl robustness` evaluates it the way its run did.
+
+Real parts: a tiny SFT warm start, one real GRPO step with held-out evaluation (HF engine, fp32, greedy), the
+checkpoint it writes, and the real `alprl robustness` command on that checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny_tir import SMALL
+
+from trainer.cli import main
+from trainer.config import ConfigError, build_config, to_dict
+from trainer.loop import train
+from trainer.run_config import RUN_CONFIG_FILE, eval_settings, load_run_config
+
+pytestmark = pytest.mark.smoke
+
+EVAL = ["eval_tasks=8", "eval_samples=2", "eval_greedy=true", "rollout.dtype=float32"]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, sft_dir):
+    run = tmp_path_factory.mktemp("run")
+    cfg = build_config(None, SMALL + EVAL + [f"sft.output_dir={sft_dir}", f"output_dir={run}", "steps=1",
+                                             "save_every=1"])
+    train(cfg, show_progress=False)
+    return cfg, run
+
+
+def test_every_checkpoint_and_the_warm_start_hold_their_resolved_config(trained_run, sft_dir):
+    cfg, run = trained_run
+    saved = load_run_config(run / "checkpoints" / "step_1")
+    assert saved is not None and to_dict(saved) == to_dict(cfg)
+    assert eval_settings(saved) == eval_settings(cfg)
+    warm = load_run_config(sft_dir)
+    assert warm is not None and warm.env.task_types == ["multiply"]
+    assert load_run_config(run) is None  # a directory without one: evaluated with the defaults
+
+
+def test_robustness_clean_condition_reproduces_the_runs_own_held_out_records(trained_run, tmp_path, capsys):
+    _, run = trained_run
+    checkpoint = run / "checkpoints" / "step_1"
+    out = tmp_path / "rob"
+    assert main(["robustness", "--checkpoint", str(checkpoint), "--perturb", "noise", "--scales", "noise=0.5",
+                 "--tasks", "8", "--out", str(out)]) == 0
+    clean = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    clean = [r for r in clean if r["condition"] == "clean@0.0"]
+    own = [json.loads(line) for line in (run / "eval" / "step_1.jsonl").read_text().splitlines()]
+    keys = ("index", "task_id", "task_type", "won", "turns", "tool_calls", "response_tokens")
+    # same tasks (multiply only, as the run's env.task_types), same turn limit, same greedy episodes
+    assert [{k: r[k] for k in keys} for r in clean] == [{k: r[k] for k in keys} for r in own]
+    assert all(r["task_type"] == "multiply" and r["turns"] <= 3 for r in clean)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["settings_from"] == str(checkpoint / RUN_CONFIG_FILE)
+    assert meta["samples_per_task"] == 2 and meta["greedy"] is True
+    success = sum(r["won"] for r in own) / len(own)
+    assert meta["run's own held-out success on these tasks"] == pytest.approx(success)
+    summary = json.loads((out / "robustness.json").read_text())
+    assert summary["clean_success"] == pytest.approx(success)
+
+
+def test_options_and_overrides_change_the_run_config(trained_run, tmp_path):
+    from trainer.cli import build_parser, robustness_settings
+
+    _, run = trained_run
+    ckpt = str(run / "checkpoints" / "step_1")
+    args = build_parser().parse_args(["robustness", "--checkpoint", ckpt, "--sample", "--samples", "3",
+                                      "env.max_turns=5"])
+    settings, meta = robustness_settings(args)
+    assert (settings.greedy, settings.samples_per_task, settings.env.max_turns) == (False, 3, 5)
+    assert settings.env.task_types == ["multiply"]
+    other = robustness_settings(build_parser().parse_args(["robustness", "--checkpoint", ckpt, "--env", "household"]))
+    assert other[0].env.id == "alprl/Household-v0" and other[0].greedy and other[1]["settings_from"].startswith("alprl")
+    plain = robustness_settings(build_parser().parse_args(["robustness", "--checkpoint", ckpt, "--no-run-config"]))
+    assert plain[0].env.task_types == [] and plain[0].samples_per_task == 1
+
+
+def test_an_unreadable_run_config_is_one_error_naming_the_file(tmp_path, capsys):
+    (tmp_path / RUN_CONFIG_FILE).write_text("seed: 0\nnot_a_key: 1\n")
+    with pytest.raises(ConfigError, match=f"{tmp_path / RUN_CONFIG_FILE}: unknown config key 'not_a_key'"):
+        load_run_config(tmp_path)
+    assert main(["robustness", "--checkpoint", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and RUN_CONFIG_FILE in err[0] and "--no-run-config" in err[0]
