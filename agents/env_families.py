@@ -1,5 +1,6 @@
 """The one table of env families: for each alprl env id, its CLI alias, agent, wrapper, system prompt,
-constructor arguments, SFT expert and whether it has admissible commands (action projection).
+constructor arguments, SFT expert, whether it has admissible commands (action projection) and whether it serves
+dataset files (`env.dataset`); and `problem_count`, the size of a configured env's split.
 
 Every caller — rollouts, evaluation, SFT, `alprl robustness`, config validation — looks an env up here; a new
 env is one more `EnvEntry`. Adapters to the real environments (ALFWorld, a WebShop server) share their
@@ -22,12 +23,14 @@ from agents.experts import ExpertPlayer, play_household_expert, play_tir_expert,
 from agents.household_agent import HOUSEHOLD_SYSTEM_PROMPT, HouseholdAgent, StepContext
 from agents.projection import ActionProjection
 from agents.rollout import Agent
-from agents.tir_agent import TIRAgent
+from agents.tir_agent import SingleTurnMathAgent, TIRAgent
 from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent
 from envs import ADAPTER_TWINS  # (importing envs registers the alprl/* environments)
 from envs.adapters.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES
 from envs.household import TASK_TYPES as HOUSEHOLD_TASK_TYPES
-from envs.tir.styles import get_style
+from envs.splits import SPLIT_SIZES, check_split
+from envs.tir.problems import ProblemSource
+from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT, get_style
 from envs.tir.tasks import TASK_TYPES as TIR_TASK_TYPES
 
 
@@ -56,6 +59,8 @@ class EnvEntry:
     """The imperfect SFT expert; None for adapters (warm-start on the twin)."""
     task_types: tuple[str, ...] = ()
     """Task types `env.task_types` may restrict the env to; empty: the env has none."""
+    datasets: bool = False
+    """The env serves math problems from files (`env.dataset`, `env.eval_dataset`; `envs/tir/problems.py`)."""
 
     def make_agent(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir") -> Agent:
         return self.agent_class(tokenizer, style=style) if self.styled else self.agent_class(tokenizer)
@@ -66,10 +71,16 @@ class EnvEntry:
         return f"{self.agent_class.__name__}/{self.agent_class.format_version}"
 
 
+def _problem_kwargs(e: Any) -> dict:
+    """The problem-source arguments both math envs take (`envs.tir.problems.ProblemSource`)."""
+    return {"difficulty": e.difficulty or None, "task_types": e.task_types or None, "dataset": e.dataset,
+            "eval_dataset": e.eval_dataset, "dataset_format": e.dataset_format,
+            "dataset_split_field": e.dataset_split_field, "dataset_fields": dict(e.dataset_fields) or None}
+
+
 def _tir_kwargs(e: Any) -> dict:
-    return {"style": e.style, "max_turns": e.max_turns, "difficulty": e.difficulty or None,
-            "task_types": e.task_types or None, "sandbox_url": e.sandbox_url or None,
-            "run_timeout_s": e.run_timeout_s}
+    return {"style": e.style, "max_turns": e.max_turns, "sandbox_url": e.sandbox_url or None,
+            "run_timeout_s": e.run_timeout_s, **_problem_kwargs(e)}
 
 
 _HOUSEHOLD = dict(agent_class=HouseholdAgent, system_prompt=lambda style: HOUSEHOLD_SYSTEM_PROMPT,
@@ -79,7 +90,10 @@ _WEBSHOP = dict(agent_class=WebShopAgent, system_prompt=lambda style: WEBSHOP_SY
 
 ENTRIES: tuple[EnvEntry, ...] = (
     EnvEntry("alprl/TIRMath-v0", "tir", TIRAgent, _tir_kwargs, lambda style: get_style(style).system_prompt,
-             styled=True, expert=play_tir_expert, task_types=tuple(TIR_TASK_TYPES)),
+             styled=True, expert=play_tir_expert, task_types=tuple(TIR_TASK_TYPES), datasets=True),
+    # one turn, no tool: no SFT expert (start from a model: model.path, e.g. a TIR warm start or Qwen2.5-Math)
+    EnvEntry("alprl/Math-v0", "math", SingleTurnMathAgent, _problem_kwargs, lambda style: SINGLE_TURN_SYSTEM_PROMPT,
+             task_types=tuple(TIR_TASK_TYPES), datasets=True),
     EnvEntry("alprl/Household-v0", "household",
              env_kwargs=lambda e: {"task_types": e.task_types or None} | _step_limit(e),
              expert=play_household_expert, task_types=tuple(HOUSEHOLD_TASK_TYPES), **_HOUSEHOLD),
@@ -122,9 +136,22 @@ def make_env(env_cfg: Any) -> gym.Env:
     return entry.wrap(env)
 
 
+def problem_count(env_cfg: Any, split: str) -> int | None:
+    """Problems in `split` of the configured env: a split served from a dataset file has its row count (loading
+    the file, once per process), a generated one `envs.splits.SPLIT_SIZES` (test 500, valid 1000); None for the
+    open-ended generated train split. Raises `envs.datasets.DatasetError` for a file that cannot be used."""
+    if env_entry(env_cfg.id).datasets and (env_cfg.dataset or env_cfg.eval_dataset):
+        files = {k: v for k, v in _problem_kwargs(env_cfg).items() if k not in ("difficulty", "task_types")}
+        return ProblemSource(**files).size(split)  # sizes do not depend on the generator's filters
+    return SPLIT_SIZES[check_split(split)]
+
+
 def expert_player(env_id: str) -> ExpertPlayer:
     """The SFT expert of `env_id`; adapters have none and the error says to warm-start on the twin."""
     entry = env_entry(env_id)
+    if entry.expert is None and entry.env_id not in ADAPTER_TWINS:
+        raise ValueError(f"no SFT expert for {entry.env_id}: `alprl sft` cannot build its warm start. Start from a "
+                         "model instead (model.path=<dir>), e.g. an `alprl sft` warm start built on alprl/TIRMath-v0")
     if entry.expert is None:
         twin = ADAPTER_TWINS.get(entry.env_id, "its generated twin")
         raise ValueError(f"no SFT expert for {entry.env_id}: it plays the real environment. Warm-start on its "

@@ -1,4 +1,5 @@
-"""TIR agent formatting: chat prompt, observation tokens, stop strings of the chosen style.
+"""TIR agent formatting: chat prompt, observation tokens, stop strings of the chosen style; and the single-turn
+math agent (`alprl/Math-v0`), the same chat format without the tool.
 
 The whole episode is ONE assistant message: turns and code-execution results are concatenated
 (SimpleTIR-style), so observations are appended as plain tokens and the model continues after them.
@@ -10,7 +11,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from envs.tir.styles import get_style
+from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT, get_style
 
 
 class TIRAgent:
@@ -42,3 +43,16 @@ class TIRAgent:
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+class SingleTurnMathAgent(TIRAgent):
+    """`alprl/Math-v0`: system prompt `SINGLE_TURN_SYSTEM_PROMPT` (Qwen2.5-Math's chain-of-thought prompt, the ALP
+    paper's single-turn setting), no stop strings: the one reply runs to its end or to `rollout.max_new_tokens`."""
+
+    format_version = 1
+
+    def messages(self, question: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": SINGLE_TURN_SYSTEM_PROMPT}, {"role": "user", "content": question}]
+
+    def stop_strings(self, num_tool_calls: int) -> list[str]:
+        return []

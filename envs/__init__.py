@@ -13,6 +13,7 @@ def _register(env_id: str, entry_point: str) -> None:
 
 
 _register("alprl/TIRMath-v0", "envs.tir.env:TIRMathEnv")
+_register("alprl/Math-v0", "envs.tir.single_turn:MathEnv")  # the same problems, one turn, no tool
 
 # ---- Household / WebShop registrations (owned by the household/webshop engineer) ----
 _register("alprl/Household-v0", "envs.household:HouseholdEnv")

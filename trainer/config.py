@@ -54,9 +54,26 @@ class EnvConfig:
     max_turns: int = 3
     """Assistant turns per episode before truncation."""
     difficulty: int = 1
-    """Task difficulty level (1-3); 0 means all levels."""
+    """Task difficulty level (1-3); 0 means all levels. Generated problems only (a dataset's are not rated)."""
     task_types: list[str] = field(default_factory=list)
-    """Restrict generated task types (empty: all)."""
+    """Restrict generated task types (empty: all). Dataset problems ignore it (their task type is their source)."""
+    dataset: str = ""
+    """TIR / single-turn math: a local JSONL, JSON or parquet math file (any layout of envs/datasets: MATH500,
+    AIME, Minerva, OlympiadBench, verl/DAPO parquet, question/answer); non-empty: the train split serves its
+    problems instead of generated ones, each step the next rollout.prompts_per_step of a per-epoch shuffle."""
+    eval_dataset: str = ""
+    """The file the test split (held-out evaluation, eval_tasks) serves. Empty: the `dataset` rows whose
+    dataset_split_field is "test", or without a split field the `dataset` file itself, which evaluates on the
+    training problems (logged once)."""
+    dataset_format: str = ""
+    """Layout of env.dataset and env.eval_dataset (math500, aime2024, aime2025, minerva, olympiadbench, verl,
+    dapo, qa); empty: detected from the columns."""
+    dataset_split_field: str = ""
+    """Split env.dataset by this column (a dotted path such as extra_info.split reads a nested key): train = rows
+    whose value is "train", test = "test", valid = "valid" or "validation". Empty: every row is a train row."""
+    dataset_fields: dict[str, str] = field(default_factory=dict)
+    """Column overrides of env.dataset / env.eval_dataset by role (question, answer, id, source), e.g.
+    env.dataset_fields.question=my_q env.dataset_fields.answer=my_a; empty: the layout's columns."""
     sandbox_url: str = ""
     """Sandbox endpoint(s), comma separated. Empty: in-process executor."""
     run_timeout_s: float = 3.0
@@ -331,6 +348,11 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' expects a mapping (e.g. {key}.<name>=<value>), got {value!r}")
+        item = typing.get_args(hint)[1]
+        return {str(k): _coerce(v, item, f"{key}.{k}") for k, v in value.items()}
     if origin in (list, tuple):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v]
@@ -373,6 +395,8 @@ def _apply(obj: Any, overrides: dict[str, Any], prefix: str = "") -> None:
             if not isinstance(value, dict):
                 raise ConfigError(f"config key '{key}' is a section; set its fields, e.g. {key}.<field>=...")
             _apply(current, value, key + ".")
+        elif isinstance(current, dict) and isinstance(value, dict):  # a mapping field: later layers add keys
+            setattr(obj, name, {**current, **_coerce(value, hints[name], key)})
         else:
             setattr(obj, name, _coerce(value, hints[name], key))
 

@@ -14,7 +14,10 @@ from trainer.config import ConfigError, TrainConfig
 
 META_FILE = "sft_meta.json"
 RL_ONLY_ENV_KEYS = ("sandbox_url", "run_timeout_s", "mask_void_turns", "action_projection",
-                    "projection_min_similarity", "invalid_action_penalty")  # the expert's data does not depend on them
+                    "projection_min_similarity", "invalid_action_penalty",  # the expert's data does not depend on them
+                    # the expert plays generated train tasks only (`alprl sft` refuses env.dataset), so a warm start
+                    # serves RL on any dataset file
+                    "dataset", "eval_dataset", "dataset_format", "dataset_split_field", "dataset_fields")
 
 
 def sft_inputs(cfg: TrainConfig) -> dict:

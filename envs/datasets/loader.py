@@ -105,14 +105,15 @@ def resolve_layout(path: Path, columns: set[str], format: str | None, fields: di
 
 
 def load_dataset(path: str | Path, format: str | None = None, fields: dict[str, str] | None = None,
-                 split_field: str | None = None, split: str | None = None) -> list[MathProblem]:
+                 split_field: str | None = None, split: str | tuple[str, ...] | None = None) -> list[MathProblem]:
     """Load a local JSONL / JSON / parquet math set as a list of MathProblem.
 
     format: a layout name (`layouts.LAYOUT_NAMES`, any case); None detects it from the first row's columns (after
         the split filter).
     fields: role → column overrides, e.g. {"question": "my_q", "answer": "my_a"} (roles: question, answer, id,
         source; a dotted path reads a nested key).
-    split_field, split: keep only rows whose `split_field` value equals `split` (compared as strings).
+    split_field, split: keep only rows whose `split_field` value equals `split`, or one of them if `split` is a
+        tuple (compared as strings; a tuple lets "valid" and "validation" both name a validation split).
     """
     path = Path(path)
     rows = read_rows(path)
@@ -125,7 +126,8 @@ def load_dataset(path: str | Path, format: str | None = None, fields: dict[str, 
     return [_problem(path, number, row, layout) for number, row in rows]
 
 
-def _filter_split(path: Path, rows: list[tuple[int, dict]], split_field: str, split: str):
+def _filter_split(path: Path, rows: list[tuple[int, dict]], split_field: str, split: str | tuple[str, ...]):
+    wanted = {str(s) for s in split} if isinstance(split, tuple) else {str(split)}
     seen: set[str] = set()
     kept = []
     for number, row in rows:
@@ -133,9 +135,10 @@ def _filter_split(path: Path, rows: list[tuple[int, dict]], split_field: str, sp
         if value is _MISSING:
             raise DatasetError(f"{path}: row {number}: field {split_field!r}: missing (the split field)")
         seen.add(str(value))
-        if str(value) == str(split):
+        if str(value) in wanted:
             kept.append((number, row))
     if not kept:
-        raise DatasetError(f"{path}: no rows with {split_field} == {split!r} (values seen: "
+        wanted_text = f"== {split!r}" if not isinstance(split, tuple) else f"in {split!r}"
+        raise DatasetError(f"{path}: no rows with {split_field} {wanted_text} (values seen: "
                            f"{', '.join(sorted(seen)[:20])})")
     return kept

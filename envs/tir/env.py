@@ -1,4 +1,5 @@
-"""`alprl/TIRMath-v0`: multi-turn math with a Python tool (reference/environments.md §0 and §1)."""
+"""`alprl/TIRMath-v0`: multi-turn math with a Python tool (reference/environments.md §0 and §1), on generated
+problems or on a dataset file's (`envs/tir/problems.py`)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from gymnasium import spaces
 
 from envs.tir.execution import EXEC_MODES, run_block
 from envs.tir.expert import expert_code_turn
 from envs.tir.grading import grade
+from envs.tir.problems import ProblemSource
 from envs.tir.styles import get_style
-from envs.tir.tasks import SPLIT_RANGES, TIRTask, generate_task, task_from_id
+from envs.tir.tasks import SPLIT_RANGES, TIRTask
 from sandbox.client import make_runner
 from sandbox.types import CodeRunner, ExecutionResult
 
@@ -24,7 +25,6 @@ ACTION_MAX_CHARS = 65536
 EXTRA_CHARS = "×÷·√π∞≤≥≠≈±−²³"  # math symbols a tool may print and a policy may read as they are
 CHARSET = string.printable + EXTRA_CHARS
 _CHARSET = frozenset(CHARSET)
-_TRAIN_INDEX_SPAN = 2**31  # reset() without an index draws train indices from [1500, 1500 + 2^31)
 
 
 def to_observation(text: str) -> str:
@@ -40,7 +40,7 @@ def to_observation(text: str) -> str:
 
 
 class TIRMathEnv(gym.Env):
-    """Solve a generated math problem, optionally running Python code through a sandbox.
+    """Solve a math problem (generated, or a dataset file's), optionally running Python code through a sandbox.
 
     ## Observation
     `Text(32768, min_length=0, charset=string.printable + a few math symbols)`. After `reset`: the problem
@@ -66,7 +66,9 @@ class TIRMathEnv(gym.Env):
     `step` (turns so far), `invalid_action` (void or after-end step), `void_turn`, `num_tool_calls`,
     `tool_statuses` (Success|Failed|TimeLimitExceeded|SandboxError per call), `sandbox_error` (this step),
     `extracted_answer` (the policy's last boxed answer, "" if none); `replay_failed` in replay mode;
-    `expert_plan` (the code turn of the scripted solver) when `expert=True`. The gold answer never appears.
+    `expert_plan` (the code turn of the scripted solver; [] for a dataset problem, which has none) when
+    `expert=True`. The gold answer never appears. A dataset problem's `task_type` is its source (benchmark or
+    data_source) and its `difficulty` 0.
 
     ## Arguments
     - `style`: "simpletir" (default) | "torl" | "hermes" (code format, observation, truncation, stop strings).
@@ -76,12 +78,16 @@ class TIRMathEnv(gym.Env):
     - `sandbox_url`: None = in-process `LocalExecutor`, else the HTTP sandbox.
     - `exec_mode`: "stateless" (fresh process per block) | "replay" (earlier successful blocks re-run first).
     - `run_timeout_s`, `memory_limit_mb`: per-call sandbox limits (SimpleTIR: 3 s, 1024 MB).
-    - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.TASK_TYPES` or None (all).
+    - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.TASK_TYPES` or None (all);
+      both filter generated problems only.
+    - `dataset`, `eval_dataset`, `dataset_format`, `dataset_split_field`, `dataset_fields`: serve splits from
+      local math files instead of the generator (`envs/tir/problems.py` says which file serves which split).
     - `expert`: put the scripted solver's code turn in `info["expert_plan"]` (SFT/debugging, never during RL).
     - `render_mode`: None | "ansi" (`render()` returns the current observation).
 
-    Reset options: `split`, `index` (global task index, e.g. test 0-499), `task_id` (as in `info["task_id"]`),
-    `task_type` (restrict this reset to one type). Same seed and options => same task, obs and info.
+    Reset options: `split`, `index` (generated split: the global task index, e.g. test 0-499; a split served
+    from a file: the problem's position in it, 0..size-1), `task_id` (as in `info["task_id"]`), `task_type`
+    (restrict this reset to one type). Same seed and options => same task, obs and info.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -89,7 +95,9 @@ class TIRMathEnv(gym.Env):
     def __init__(self, style: str = "simpletir", split: str = "train", max_turns: int = 5,
                  runner: CodeRunner | None = None, sandbox_url: str | None = None, exec_mode: str = "stateless",
                  run_timeout_s: float = 3.0, memory_limit_mb: int = 1024, difficulty: int | None = None,
-                 task_types: Sequence[str] | None = None, expert: bool = False, render_mode: str | None = None):
+                 task_types: Sequence[str] | None = None, expert: bool = False, render_mode: str | None = None,
+                 dataset: str = "", eval_dataset: str = "", dataset_format: str = "", dataset_split_field: str = "",
+                 dataset_fields: dict[str, str] | None = None):
         self.style = get_style(style)
         _check_choice("split", split, SPLIT_RANGES)
         _check_choice("exec_mode", exec_mode, EXEC_MODES)
@@ -100,7 +108,9 @@ class TIRMathEnv(gym.Env):
             raise ValueError(f"run_timeout_s and memory_limit_mb must be > 0, got {run_timeout_s!r}, "
                              f"{memory_limit_mb!r}")
         self.task_types = tuple(task_types) if task_types else None
-        generate_task("test", 0, difficulty=difficulty, task_types=self.task_types)  # validates the filters
+        self.problems = ProblemSource(dataset=dataset, eval_dataset=eval_dataset, dataset_format=dataset_format,
+                                      dataset_split_field=dataset_split_field, dataset_fields=dataset_fields,
+                                      difficulty=difficulty, task_types=self.task_types)
         self.split, self.max_turns, self.exec_mode = split, max_turns, exec_mode
         self.run_timeout_s, self.memory_limit_mb = float(run_timeout_s), int(memory_limit_mb)
         self.difficulty, self.expert, self.render_mode = difficulty, bool(expert), render_mode
@@ -159,20 +169,7 @@ class TIRMathEnv(gym.Env):
 
     def _pick_task(self, options: dict[str, Any]) -> TIRTask:
         """The task of this reset: from `task_id`, from `index`, or drawn from `np_random`."""
-        if "task_id" in options:
-            return task_from_id(options["task_id"])
-        split = options.get("split", self.split)
-        _check_choice("options['split']", split, SPLIT_RANGES)
-        types = (options["task_type"],) if options.get("task_type") else self.task_types
-        if "index" in options:
-            index = options["index"]
-            if isinstance(index, bool) or not isinstance(index, int | np.integer):
-                raise ValueError(f"reset option 'index' must be an int task index, got {index!r}")
-            index = int(index)
-        else:
-            lo, hi = SPLIT_RANGES[split]
-            index = int(self.np_random.integers(lo, hi if hi is not None else lo + _TRAIN_INDEX_SPAN))
-        return generate_task(split, index, difficulty=self.difficulty, task_types=types)
+        return self.problems.pick(options, self.split, self.np_random)
 
     def _start_episode(self, task: TIRTask | None) -> None:
         self._task = task
@@ -215,7 +212,7 @@ class TIRMathEnv(gym.Env):
         if self.exec_mode == "replay":
             info["replay_failed"] = bool(self._replay_failed)
         if self.expert:
-            info["expert_plan"] = [expert_code_turn(task, self.style.name)]
+            info["expert_plan"] = [expert_code_turn(task, self.style.name)] if task.solution_code else []
         return info
 
 

@@ -208,6 +208,14 @@ def test_split_field_filters_rows(tmp_path):
     assert "split_field and split go together" in one_line_error(flat, split_field="level")
 
 
+def test_a_tuple_of_split_values_keeps_rows_of_any_of_them(tmp_path):
+    rows = [{"question": q, "answer": "1", "split": s} for q, s in zip("abcd", ["valid", "train", "validation", "x"], strict=True)]
+    path = write_jsonl(tmp_path / "s.jsonl", rows)
+    assert [p.question for p in load_dataset(path, split_field="split", split=("valid", "validation"))] == ["a", "c"]
+    assert one_line_error(path, split_field="split", split=("dev",)).endswith(
+        "no rows with split in ('dev',) (values seen: train, valid, validation, x)")
+
+
 def test_fingerprint_is_stable_and_follows_the_bytes(tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [LAYOUT_ROWS["qa"]])
     first = fingerprint(path)
