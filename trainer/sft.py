@@ -33,7 +33,7 @@ from agents.rollout import Agent
 from envs.splits import derive_seed
 from trainer import sft_resume
 from trainer.checkpoint import disk_full_as_error, tensor_bytes
-from trainer.config import TrainConfig
+from trainer.config import ConfigError, TrainConfig
 from trainer.logger import MetricLogger
 from trainer.progress import progress_bar
 from trainer.run_config import write_run_config
@@ -106,9 +106,23 @@ def model_context(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> 
     return max(1024, 1 << (need - 1).bit_length())
 
 
+def check_sft_config(cfg: TrainConfig) -> None:
+    """Refuse, as a `ConfigError` (one line, exit 2), what SFT cannot build: an env without an expert, and a
+    dataset, whose problems the scripted expert cannot solve."""
+    if cfg.env.dataset:
+        raise ConfigError(f"env.dataset={cfg.env.dataset!r}: `alprl sft` cannot warm-start on a dataset: the scripted "
+                          "expert solves generated tasks only (a dataset problem has no solution code). Build the "
+                          "warm start without env.dataset, then `alprl train` with env.dataset")
+    try:
+        expert_player(cfg.env.id)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False) -> Path:
     """Build + train the warm-start model into `cfg.sft.output_dir` (reused if its fingerprint matches; an
     interrupted build continues from its resume point, see `trainer/sft_resume.py`, unless `force`)."""
+    check_sft_config(cfg)
     out = Path(cfg.sft.output_dir)
     meta_path = out / META_FILE
     fingerprint = sft_fingerprint(cfg)

@@ -16,6 +16,10 @@ whose single line joins every violation with "; ", each naming the key, the valu
 - Cross-field rules: a loss's required aggregation, QUATRO's δ, SPrPO's fixed per-layer σ, correction bounds,
   the response budget against a configured context, mini-batches against the rollout batch, and what the
   transformers engine cannot do.
+- Dataset files (`env.dataset`, `env.eval_dataset`): only on an env that serves them, loaded here (once per
+  process, so the run reuses them) so that a missing or malformed file is the loader's one line; `eval_tasks` is
+  bounded by the test split's size (500 generated, else the file's count), `rollout.prompts_per_step` (and
+  MIPU's validation prompts) by the train split's.
 
 `validate_model_shape(cfg)` holds the checks that need the shape of the model the run starts from, read from
 its `config.json` only (no weights); the CLI calls it right after `build_config`. The tiny model that
@@ -38,18 +42,17 @@ from agents.engines import ENGINE_KINDS, SCHEDULES
 from agents.engines.hf import DTYPES as HF_DTYPES
 from agents.engines.vllm import VLLM_DTYPES
 from agents.env_families import BY_ID as ENV_FAMILIES
+from agents.env_families import problem_count
 from agents.models import resolve_local
 from agents.perturbation import parse_layers
 from agents.projection import PROJECTIONS
+from envs.datasets import LAYOUT_NAMES, DatasetError
 from envs.household.expert import SEARCH_ORDERS
-from envs.splits import SPLIT_SIZES
 from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
 from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
 from trainer.errors import ConfigError
 from trainer.losses import AGG_MODES, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
-
-TEST_TASKS = SPLIT_SIZES["test"]  # every env's held-out split has this many tasks
 
 Check = tuple[str, str, Callable[[Any], bool]]
 RANGES: tuple[Check, ...] = (
@@ -57,7 +60,7 @@ RANGES: tuple[Check, ...] = (
     ("steps", ">= 0", lambda v: v >= 0),
     ("save_every", ">= 1", lambda v: v >= 1),  # step % save_every
     ("eval_every", ">= 0", lambda v: v >= 0),
-    ("eval_tasks", f"0..{TEST_TASKS} (the test split's size; 0: no evaluation)", lambda v: 0 <= v <= TEST_TASKS),
+    ("eval_tasks", ">= 0 (0: no evaluation; at most the test split's size, see _dataset_rules)", lambda v: v >= 0),
     ("eval_samples", ">= 1", lambda v: v >= 1),
     ("torch_threads", ">= 0", lambda v: v >= 0),
     *((f"model.{name}", ">= 1", lambda v: v >= 1)
@@ -178,6 +181,51 @@ def _env_rules(cfg: Any) -> list[str]:
     return out
 
 
+def _split_size(cfg: Any, split: str, key: str) -> tuple[int | None, list[str]]:
+    """(size of the env's `split`, []) or (None, [the file's one-line error under `key`])."""
+    try:
+        return problem_count(cfg.env, split), []
+    except (DatasetError, ValueError) as exc:
+        return None, [f"env.{key}={getattr(cfg.env, key)!r}: {exc}"]
+
+
+def _dataset_rules(cfg: Any) -> list[str]:
+    e, out = cfg.env, []
+    entry = ENV_FAMILIES.get(e.id)
+    if entry is None:
+        return []  # the unknown id is reported by _choices
+    files = [key for key in ("dataset", "eval_dataset") if getattr(e, key)]
+    if files and not entry.datasets:
+        serving = ", ".join(f.env_id for f in ENV_FAMILIES.values() if f.datasets)
+        return [f"env.{key}={getattr(e, key)!r}: {e.id} does not serve dataset problems; the math envs do: {serving}"
+                for key in files]
+    options = [key for key in ("dataset_format", "dataset_fields") if getattr(e, key)]
+    out += [f"env.{key}={getattr(e, key)!r} needs env.dataset or env.eval_dataset" for key in options if not files]
+    if e.dataset_split_field and not e.dataset:
+        out.append(f"env.dataset_split_field={e.dataset_split_field!r} splits env.dataset, which is not set")
+    out += _choice("env.dataset_format", e.dataset_format.lower(), ["", *LAYOUT_NAMES], "a dataset layout")
+    if out:
+        return out
+    test, errors = _split_size(cfg, "test", "eval_dataset" if e.eval_dataset else "dataset")
+    if test is not None and cfg.eval_tasks > test:
+        where = f" of {e.eval_dataset or e.dataset}" if files else ""
+        errors.append(f"eval_tasks={cfg.eval_tasks!r} is out of range; allowed: 0..{test} (0: no evaluation; the "
+                      f"test split{where} has {test} problems)")
+    if e.dataset:
+        train, train_errors = _split_size(cfg, "train", "dataset")
+        errors += [err for err in train_errors if err not in errors]
+        r = cfg.rollout
+        if train is not None and r.prompts_per_step > train:
+            errors.append(f"rollout.prompts_per_step={r.prompts_per_step} exceeds the {train} problems of the train "
+                          f"split of env.dataset={e.dataset!r} (a step takes distinct problems)")
+        val = cfg.algo.mipu_val_prompts or r.prompts_per_step
+        if train is not None and cfg.algo.mipu_screen and r.prompts_per_step + val > train:
+            errors.append(f"algo.mipu_val_prompts={cfg.algo.mipu_val_prompts}: MIPU validates on {val} train "
+                          f"problems outside the step's {r.prompts_per_step}, but env.dataset={e.dataset!r} has "
+                          f"{train} train problems")
+    return errors
+
+
 def _algo_rules(cfg: Any) -> list[str]:
     a, out = cfg.algo, []
     required = REQUIRED_AGG.get(a.policy_loss)
@@ -232,8 +280,8 @@ def _perturb_rules(cfg: Any) -> list[str]:
 
 def validate_config(cfg: Any) -> None:
     """Raise one `ConfigError` listing every violation in `cfg` (see the module docstring); None if valid."""
-    problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_algo_rules(cfg), *_budget_rules(cfg),
-                *_perturb_rules(cfg)]
+    problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_dataset_rules(cfg), *_algo_rules(cfg),
+                *_budget_rules(cfg), *_perturb_rules(cfg)]
     if problems:
         raise ConfigError("; ".join(problems))
 
