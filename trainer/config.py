@@ -70,7 +70,8 @@ class EnvConfig:
     dapo, qa); empty: detected from the columns."""
     dataset_split_field: str = ""
     """Split env.dataset by this column (a dotted path such as extra_info.split reads a nested key): train = rows
-    whose value is "train", test = "test", valid = "valid" or "validation". Empty: every row is a train row."""
+    whose value is "train", test = "test", valid = "valid" or "validation". Empty: every row is a train row
+    (and, without env.eval_dataset, a test row)."""
     dataset_fields: dict[str, str] = field(default_factory=dict)
     """Column overrides of env.dataset / env.eval_dataset by role (question, answer, id, source), e.g.
     env.dataset_fields.question=my_q env.dataset_fields.answer=my_a; empty: the layout's columns."""
@@ -314,7 +315,8 @@ class TrainConfig:
     eval_at_start: bool = False
     """Also evaluate the starting policy before any update, logged as step 0 (verl's val_before_train)."""
     eval_tasks: int = 200
-    """Held-out (test split) tasks for evaluation (at most 500: the size of the test split)."""
+    """Held-out (test split) tasks for evaluation, indices 0..eval_tasks-1 (at most the test split's size: 500
+    generated, or the problems the dataset file serves)."""
     eval_samples: int = 2
     """Samples per held-out task; success is averaged over them (avg@k, as the ALP paper's average@32)."""
     eval_greedy: bool = False

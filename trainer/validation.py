@@ -204,9 +204,9 @@ def _dataset_rules(cfg: Any) -> list[str]:
     if e.dataset_split_field and not e.dataset:
         out.append(f"env.dataset_split_field={e.dataset_split_field!r} splits env.dataset, which is not set")
     out += _choice("env.dataset_format", e.dataset_format.lower(), ["", *LAYOUT_NAMES], "a dataset layout")
-    if out:
-        return out
-    test, errors = _split_size(cfg, "test", "eval_dataset" if e.eval_dataset else "dataset")
+    if out and files:
+        return out  # the files are read with these options: fix them first
+    test, errors = _split_size(cfg, "test", "eval_dataset" if e.eval_dataset else "dataset")  # no file: nothing read
     if test is not None and cfg.eval_tasks > test:
         where = f" of {e.eval_dataset or e.dataset}" if files else ""
         errors.append(f"eval_tasks={cfg.eval_tasks!r} is out of range; allowed: 0..{test} (0: no evaluation; the "
@@ -223,7 +223,7 @@ def _dataset_rules(cfg: Any) -> list[str]:
             errors.append(f"algo.mipu_val_prompts={cfg.algo.mipu_val_prompts}: MIPU validates on {val} train "
                           f"problems outside the step's {r.prompts_per_step}, but env.dataset={e.dataset!r} has "
                           f"{train} train problems")
-    return errors
+    return out + errors
 
 
 def _algo_rules(cfg: Any) -> list[str]:

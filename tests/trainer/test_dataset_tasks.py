@@ -98,6 +98,11 @@ def test_dataset_settings_a_run_would_trip_over_are_refused_in_one_line(capsys, 
     assert err[0].startswith("alprl train: error: ") and named and says in err[0], err[0]
 
 
+def test_a_stray_dataset_option_and_the_generated_bound_are_reported_together(capsys):
+    code, err = _dry_run(capsys, "env.dataset_format=qa", "eval_tasks=501")
+    assert code == 2 and len(err) == 1 and "env.dataset_format=" in err[0] and "allowed: 0..500" in err[0], err
+
+
 @pytest.mark.parametrize("overrides", [
     ["env.dataset={small}", "eval_tasks=6"],
     ["env.dataset={split}", "env.dataset_split_field=split", "eval_tasks=4", "env.dataset_format=qa"],
