@@ -16,6 +16,7 @@ from agents.perturbation import decoder_layers
 from agents.rollout import RolloutLimits
 from agents.tir_agent import TIRAgent
 from envs.tir.tasks import task_from_id
+from evaluation.evaluate import EvalSettings
 from evaluation.robustness import (
     add_hidden_noise,
     check_families,
@@ -25,7 +26,6 @@ from evaluation.robustness import (
     robustness_sweep,
     target_linears,
 )
-from evaluation.evaluate import EvalSettings
 from evaluation.robustness_cli import parse_scales, run_robustness
 from evaluation.robustness_metrics import condition_table, degradation_curves
 from trainer.config import EnvConfig

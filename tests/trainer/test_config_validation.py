@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from shipped_configs import data_overrides, shipped_configs
 
 from trainer.cli import main
-from trainer.config import CONFIG_DIR, ConfigError, algorithm_presets, build_config
+from trainer.config import ConfigError, algorithm_presets, build_config
 from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
 from trainer.losses import AGG_MODES, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
 from trainer.validation import RANGES, validate_model_shape
@@ -166,13 +167,20 @@ def test_values_at_the_edge_of_what_is_allowed_pass(capsys, overrides):
     assert code == 0 and err == [], err
 
 
-def test_every_shipped_config_passes_with_every_preset():
-    files = sorted(CONFIG_DIR.glob("*.yaml"))
+def test_every_shipped_config_passes_with_every_preset(tmp_path):
+    files = shipped_configs()
     assert files
     for path in [None, *files]:
-        build_config(path)
+        data = data_overrides(path, tmp_path) if path else []
+        build_config(path, data)
         for preset in algorithm_presets():
-            build_config(path, [f"algorithm={preset}"])
+            build_config(path, [f"algorithm={preset}", *data])
+
+
+def test_a_recipe_without_its_dataset_files_is_one_line_naming_them(capsys):
+    code, err = _dry_run(capsys, "--config", "configs/tir_qwen2.5_7b.yaml")
+    assert code == 2 and len(err) == 1
+    assert "env.dataset='data/dapo-math-17k.parquet'" in err[0] and "no such file" in err[0]
 
 
 def test_every_range_names_a_config_field_and_the_defaults_pass():
