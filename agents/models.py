@@ -36,7 +36,8 @@ from transformers import (
 
 from agents.tokenizer import EOS_TOKEN, IM_END, train_tokenizer
 
-__all__ = ["build_tiny_model", "load_model_and_tokenizer", "resolve_local", "save_pretrained", "train_tokenizer"]
+__all__ = ["build_tiny_model", "load_model_and_tokenizer", "load_tokenizer", "resolve_local", "save_pretrained",
+           "train_tokenizer"]
 
 _GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 _HEAD_DIMS = (32, 64, 128)  # the head sizes vLLM's attention kernels support on every backend
@@ -160,6 +161,21 @@ def _load_tokenizer(local: Path, trust_remote_code: bool) -> PreTrainedTokenizer
     return AutoTokenizer.from_pretrained(local, local_files_only=True, trust_remote_code=trust_remote_code)
 
 
+def load_tokenizer(name_or_path: str | os.PathLike, *, trust_remote_code: bool = False,
+                   cache_dir: str | os.PathLike | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer of a model directory (or cached repo id) alone, offline, as `load_model_and_tokenizer` loads
+    it: for callers whose engine loads the weights itself (vLLM), where an fp32 copy in this process would only
+    cost memory. A tokenizer without a pad token gets pad = eos."""
+    local = resolve_local(name_or_path, cache_dir)
+    tokenizer = _load_tokenizer(local, trust_remote_code)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"tokenizer at {local} has neither a pad nor an eos token; set one in its "
+                             f"tokenizer_config.json")
+        tokenizer.pad_token = tokenizer.eos_token  # padding is masked out, so any real token id works
+    return tokenizer
+
+
 def load_model_and_tokenizer(
     name_or_path: str | os.PathLike,
     *,
@@ -180,15 +196,10 @@ def load_model_and_tokenizer(
         ``(model, tokenizer)``; the model is in eval mode; a tokenizer without a pad token gets pad = eos.
     """
     local = resolve_local(name_or_path, cache_dir)
-    tokenizer = _load_tokenizer(local, trust_remote_code)
+    tokenizer = load_tokenizer(local, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
         local, dtype=dtype, local_files_only=True, trust_remote_code=trust_remote_code
     ).to(device)
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ValueError(f"tokenizer at {local} has neither a pad nor an eos token; set one in its "
-                             f"tokenizer_config.json")
-        tokenizer.pad_token = tokenizer.eos_token  # padding is masked out, so any real token id works
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()

@@ -234,7 +234,7 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
     the response budget and the engine's context have room for; an episode that filled either ends truncated."""
     agent, limits = episode.agent, episode.limits
     obs, reward, terminated, truncated, info = step
-    for key in ("won", "void_turn", "num_tool_calls", "sandbox_error", "invalid_actions"):
+    for key in ("won", "void_turn", "num_tool_calls", "sandbox_error", "invalid_actions", "extracted_answer"):
         if key in info:
             traj.info[key] = info[key]
     if terminated or truncated:

@@ -4,13 +4,18 @@ The same `evaluation_records` runs inside training (every `eval_every` steps), i
 condition of `alprl robustness`; `EvalSettings` is what all three read (`trainer/run_config.py` builds it from a
 run config), so a checkpoint is played with the env, prompt format, stop strings, limits and sampling its run
 evaluated it with.
+
+`evaluation_chunks` yields the same records one engine call at a time, so `alprl eval` can store each call's records
+as it finishes and a rerun can skip the calls already stored: chunk boundaries and seeds depend only on the settings,
+so the calls it replays sample what they would have sampled in one uninterrupted run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +25,7 @@ import gymnasium as gym
 from agents.engines.base import Engine
 from agents.env_families import make_agent, make_env
 from agents.rollout import Agent, EpisodeSpec, RolloutLimits, run_episodes
+from agents.trajectory import Trajectory
 from envs.splits import derive_seed
 
 
@@ -46,28 +52,58 @@ class EvalSettings:
         return make_agent(self.env, tokenizer)
 
 
+def evaluation_specs(split: str, num_tasks: int, samples_per_task: int = 1) -> list[EpisodeSpec]:
+    """The episodes of an evaluation, in order: `samples_per_task` of each `split` index 0..num_tasks-1."""
+    return [EpisodeSpec(seed=i, options={"split": split, "index": i}, group_id=i)
+            for i in range(num_tasks) for _ in range(samples_per_task)]
+
+
+def chunk_starts(num_episodes: int, chunk_size: int) -> list[int]:
+    """Where each engine call of an evaluation starts (its episodes are [start, start + chunk_size))."""
+    return list(range(0, num_episodes, chunk_size))
+
+
+def evaluation_chunks(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,
+                      limits: RolloutLimits, *, samples_per_task: int = 1, greedy: bool = False, seed: int = 0,
+                      pool: ThreadPoolExecutor | None = None,
+                      skip: Collection[int] = ()) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """(chunk start, its records) for each engine call of `evaluation_records`, as each call finishes; chunks
+    whose start is in `skip` are not played (a resumed evaluation replays the others with the same seeds).
+
+    Nothing here trains, so void turns are not masked out (`limits.mask_void_turns` is ignored): that changes no
+    sampled token or reward, and keeps each episode's count of sampled tokens.
+    """
+    specs = evaluation_specs(split, num_tasks, samples_per_task)
+    limits = dataclasses.replace(limits, mask_void_turns=False)
+    for start in chunk_starts(len(specs), len(envs)):
+        if start in skip:
+            continue
+        chunk = specs[start: start + len(envs)]
+        trajs = run_episodes(engine, agent, envs, chunk, limits, greedy=greedy,
+                             seed=derive_seed("eval-sampling", seed, start), pool=pool)
+        yield start, [_record(start + i, samples_per_task, t) for i, t in enumerate(trajs)]
+
+
+def _record(episode: int, samples_per_task: int, t: Trajectory) -> dict[str, Any]:
+    return {"index": episode // samples_per_task, "sample": episode % samples_per_task, "task_id": t.task_id,
+            "task_type": t.info.get("task_type", ""), "reward": t.reward, "won": bool(t.info.get("won")),
+            "extracted_answer": str(t.info.get("extracted_answer", "")), "turns": t.info.get("turns", 0),
+            "tool_calls": t.info.get("num_tool_calls", 0), "response_tokens": len(t.response_ids),
+            "sampled_tokens": t.num_sampled_tokens, "truncated": bool(t.info.get("truncated"))}
+
+
 def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,
                        limits: RolloutLimits, *, samples_per_task: int = 1, greedy: bool = False, seed: int = 0,
                        pool: ThreadPoolExecutor | None = None) -> list[dict[str, Any]]:
-    """One record per (task, sample) of `split` indices 0..num_tasks-1: reward, won, turns, tokens.
+    """One record per (task, sample) of `split` indices 0..num_tasks-1: reward, won, extracted answer, turns,
+    tool calls, tokens.
 
     Episodes run in chunks of `len(envs)`; sampling is seeded by `seed` and the chunk, so the same
     weights give the same records.
     """
-    specs = [EpisodeSpec(seed=i, options={"split": split, "index": i}, group_id=i)
-             for i in range(num_tasks) for _ in range(samples_per_task)]
-    records = []
-    for start in range(0, len(specs), len(envs)):
-        chunk = specs[start: start + len(envs)]
-        trajs = run_episodes(engine, agent, envs, chunk, limits, greedy=greedy, seed=derive_seed("eval-sampling", seed, start),
-                             pool=pool)
-        for spec, t in zip(chunk, trajs, strict=True):
-            records.append({"index": spec.options["index"], "task_id": t.task_id,
-                            "task_type": t.info.get("task_type", ""), "reward": t.reward,
-                            "won": bool(t.info.get("won")), "turns": t.info.get("turns", 0),
-                            "tool_calls": t.info.get("num_tool_calls", 0),
-                            "response_tokens": len(t.response_ids)})
-    return records
+    return [r for _, chunk in evaluation_chunks(engine, agent, envs, split, num_tasks, limits,
+                                                samples_per_task=samples_per_task, greedy=greedy, seed=seed,
+                                                pool=pool) for r in chunk]
 
 
 def summarize(records: Sequence[dict[str, Any]], prefix: str = "eval") -> dict[str, float]:
