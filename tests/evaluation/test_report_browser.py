@@ -1,5 +1,5 @@
-"""The robustness report renders in a real browser: headless Chromium loads the page, every embedded PNG
-decodes (naturalWidth > 0), and a screenshot of the page is not blank.
+"""The robustness and `alprl eval` reports render in a real browser: headless Chromium loads the page, every embedded
+PNG decodes (naturalWidth > 0), and a screenshot of the page is not blank.
 
 Needs the Debian `chromium` package (`apt-get install -y chromium`); skipped with that reason without it.
 """
@@ -12,6 +12,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from evaluation.eval_report import summarize_eval, write_eval_report
 from evaluation.robustness_report import write_robustness_report
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -48,10 +49,20 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_report_images_decode_in_headless_chromium(tmp_path):
-    page = write_robustness_report(tmp_path / "report", _records(), {"checkpoint": "synthetic"})
+def _eval_page(tmp_path: Path) -> Path:
+    records = {name: [{"index": i, "sample": j, "won": (i + j) % 3 == 0, "extracted_answer": str(j), "reward": 0.0,
+                       "response_tokens": 9, "turns": 1, "tool_calls": 0} for i in range(5) for j in range(4)]
+               for name in ("math500", "aime24")}
+    return write_eval_report(tmp_path / "eval", summarize_eval(records, {"label": "synthetic"}, {}))
+
+
+@pytest.mark.parametrize("report,expected", [("robustness", 5), ("eval", 2)])
+def test_report_images_decode_in_headless_chromium(tmp_path, report, expected):
+    # robustness: success × 3 families, retention, probe KL; eval: a pass@k curve per benchmark
+    page = (write_robustness_report(tmp_path / "report", _records(), {"checkpoint": "synthetic"})
+            if report == "robustness" else _eval_page(tmp_path))
     embedded = page.read_text().count("src='data:image/png;base64,")
-    assert embedded == 5  # success × 3 families, retention, probe KL
+    assert embedded == expected
     checked = tmp_path / "checked.html"
     checked.write_text(page.read_text().replace("</body>", CHECK + "</body>"))
     dom = _chromium(tmp_path, "--dump-dom", checked.as_uri())
