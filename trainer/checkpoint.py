@@ -6,7 +6,7 @@ generation config, tokenizer: loadable by transformers and vLLM), the run's reso
 step, RNG states) for `--resume`. `<run>/checkpoints/latest` names the newest complete checkpoint; it is
 written last (under a temporary name, then renamed), so an interrupted save never becomes the resume point.
 
-A save that does not fit on its disk raises CheckpointWriteError naming the directory, the free space and the
+A save that does not fit on its disk raises DiskFullError naming the directory, the free space and the
 bytes needed; its partial files are removed and `latest` still names the previous checkpoint.
 """
 
@@ -36,9 +36,10 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
-class CheckpointWriteError(OSError):
-    """A checkpoint (or SFT resume point) did not fit on its disk; the message names the directory, the free space,
-    the bytes needed and the checkpoint that is kept. errno is ENOSPC; str() is the message alone."""
+class DiskFullError(OSError):
+    """A checkpoint, SFT resume point or metrics record did not fit on its disk; the message names the file or
+    directory, the free space and what is kept (the checkpoint `--resume` continues from). errno is ENOSPC; str()
+    is the message alone."""
 
     def __init__(self, message: str) -> None:
         super().__init__(errno.ENOSPC, message)
@@ -107,7 +108,7 @@ def tensor_bytes(obj: Any) -> int:
 @contextmanager
 def disk_full_as_error(directory: Path, what: str, needed: int, kept: str,
                        remove_partial: Callable[[], None]) -> Iterator[None]:
-    """Turn a write failure of `what` into CheckpointWriteError when the disk of `directory` is full.
+    """Turn a write failure of `what` into DiskFullError when the disk of `directory` is full.
 
     torch.save reports a full disk as RuntimeError ("enforce fail ... unexpected pos") and safetensors as its own
     error type, neither with an errno; so a failure also counts as a full disk when under FULL_BYTES were free
@@ -116,21 +117,22 @@ def disk_full_as_error(directory: Path, what: str, needed: int, kept: str,
     """
     try:
         yield
-    except CheckpointWriteError:  # from a nested save, already explained
+    except DiskFullError:  # from a nested save, already explained
         raise
     except Exception as exc:
         existing = next(p for p in (directory, *directory.parents) if p.exists())  # (disk_usage needs one)
         full = shutil.disk_usage(existing).free < FULL_BYTES
         remove_partial()
         free = shutil.disk_usage(existing).free
-        if not (full or free < needed or _is_enospc(exc)):
+        if not (full or free < needed or is_disk_full(exc)):
             raise
-        raise CheckpointWriteError(
+        raise DiskFullError(
             f"cannot write {what}: the disk is full ({_mb(free)} free in {directory}, about "
             f"{_mb(needed)} needed); free space or set output_dir=<a directory on a larger disk>; {kept}") from exc
 
 
-def _is_enospc(exc: BaseException | None) -> bool:
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether `exc` (or an exception it was raised from) reports a full disk or an exhausted quota."""
     while exc is not None:
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
             return True

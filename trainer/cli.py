@@ -188,13 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from agents.engines.base import EngineDied
     from envs.adapters import AdapterUnavailable
-    from trainer.checkpoint import CheckpointWriteError
+    from trainer.checkpoint import DiskFullError
 
     try:
         return run_command(args, cfg)
-    except (AdapterUnavailable, ConfigError, FileNotFoundError, CheckpointWriteError) as exc:  # an adapter without
+    except (AdapterUnavailable, ConfigError, FileNotFoundError, DiskFullError) as exc:  # an adapter without
         # its package, data or server; a warm start built for another config; a model.path, config or checkpoint
-        # that is not there; a checkpoint that did not fit on its disk (the message gives the free space)
+        # that is not there; a checkpoint or metrics record that did not fit on its disk (with the free space)
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except EngineDied as exc:  # its message names the process and exit code; a traceback would add nothing

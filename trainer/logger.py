@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import shutil
 from pathlib import Path
 from typing import Any
+
+from trainer.checkpoint import DiskFullError, is_disk_full, latest_checkpoint
+
+log = logging.getLogger(__name__)
 
 
 class MetricLogger:
@@ -44,16 +50,45 @@ class MetricLogger:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, **{k: (v if math.isfinite(v) else None) for k, v in metrics.items()}}
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        for key, value in metrics.items():
-            if math.isfinite(value):
-                self.tb.add_scalar(key, value, step)
+        line = json.dumps(record) + "\n"
+        try:
+            with self.path.open("a") as f:
+                f.write(line)
+            for key, value in metrics.items():  # TensorBoard's writer thread re-raises its write errors here
+                if math.isfinite(value):
+                    self.tb.add_scalar(key, value, step)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self._cut_to_whole_lines()
+            raise self._disk_full(step) from exc
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
 
+    def _cut_to_whole_lines(self) -> None:
+        """Drop a partly written last record (a full disk can cut a write), so the file stays one JSON per line."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        if data and not data.endswith(b"\n"):
+            with self.path.open("r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+
+    def _disk_full(self, step: int) -> DiskFullError:
+        """The one-line error of a metrics record that did not fit on the disk, with how to continue."""
+        latest = latest_checkpoint(self.run_dir)
+        resume = (f"after freeing space, --resume continues from {latest} and logs the later steps again" if latest
+                  else "no checkpoint was saved yet, so the run starts over")
+        free = shutil.disk_usage(self.run_dir).free
+        return DiskFullError(f"cannot write the metrics of step {step} to {self.path}: the disk is full "
+                                    f"({free / 2**20:.1f} MB free); free space or set output_dir=<a directory on a "
+                                    f"larger disk>; {resume}")
+
     def close(self) -> None:
-        self.tb.close()
+        try:
+            self.tb.close()
+        except OSError as exc:  # the run is ending (often because of this full disk): metrics.jsonl has every record
+            if not is_disk_full(exc):
+                raise
+            log.warning("TensorBoard events in %s are cut short: the disk is full", self.run_dir / "tensorboard")
         if self.wandb is not None:
             self.wandb.finish()
 

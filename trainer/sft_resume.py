@@ -8,7 +8,7 @@ Layout under `<sft.output_dir>/resume/`:
   `sft.save_every` steps, and when SIGINT or SIGTERM stop the run (at the end of the step in flight).
 
 Each file is written under a temporary name and renamed, so a save cut short never becomes the resume point; one
-that does not fit on its disk removes its partial file and raises CheckpointWriteError (trainer/checkpoint.py). Both
+that does not fit on its disk removes its partial file and raises DiskFullError (trainer/checkpoint.py). Both
 carry the SFT fingerprint: a resume point built for another config is ignored (and replaced). The directory is
 removed once the finished model is saved; `alprl sft --force` removes it before starting over.
 """

@@ -8,6 +8,7 @@ the checkpoints themselves (the same failure a too-small output_dir gives: torch
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from tiny_tir import SMALL
 from agents.models import build_tiny_model, load_model_and_tokenizer
 from trainer import sft_resume
 from trainer.checkpoint import (
-    CheckpointWriteError,
+    DiskFullError,
     checkpoint_dir,
     latest_checkpoint,
     load_trainer_state,
@@ -66,7 +67,7 @@ def test_full_disk_keeps_previous_checkpoint_and_says_so(small_disk, tiny_tokeni
     per_checkpoint = tensor_bytes([model.state_dict(), optimizer.state_dict()])
     run = small_disk(int(per_checkpoint * 2.5))  # two fit, the third does not
     saved = []
-    with pytest.raises(CheckpointWriteError) as err:
+    with pytest.raises(DiskFullError) as err:
         for step in range(1, 10):
             with torch.no_grad():
                 next(model.parameters()).add_(1.0)  # each checkpoint differs, so loading the wrong one shows
@@ -94,7 +95,7 @@ def test_full_disk_keeps_previous_checkpoint_and_says_so(small_disk, tiny_tokeni
 def test_first_checkpoint_on_full_disk_says_there_is_none_to_resume(small_disk, tiny_tokenizer):
     model, optimizer = _tiny(tiny_tokenizer)
     run = small_disk(64 * 1024)
-    with pytest.raises(CheckpointWriteError, match="no earlier checkpoint"):
+    with pytest.raises(DiskFullError, match="no earlier checkpoint"):
         save_checkpoint(run, 1, model, tiny_tokenizer, optimizer)
     assert latest_checkpoint(run) is None
     assert [p.name for p in checkpoint_dir(run).iterdir()] == []
@@ -104,7 +105,7 @@ def test_other_save_failures_are_not_reported_as_a_full_disk(tmp_path, tiny_toke
     model, optimizer = _tiny(tiny_tokenizer)
     with pytest.raises(Exception) as err:  # an unpicklable extra, with plenty of disk: the original error stands
         save_checkpoint(tmp_path, 1, model, tiny_tokenizer, optimizer, extra={"bad": lambda: None})
-    assert not isinstance(err.value, CheckpointWriteError), err.value
+    assert not isinstance(err.value, DiskFullError), err.value
     assert "pickle" in str(err.value).lower()
     assert [p.name for p in checkpoint_dir(tmp_path).iterdir()] == []  # the partial step is removed all the same
 
@@ -135,8 +136,40 @@ def test_sft_resume_point_on_full_disk_keeps_the_earlier_one(small_disk, tiny_to
     out = small_disk(int(tensor_bytes([model.state_dict(), optimizer.state_dict()]) * 1.5))  # not two at once
     sft_resume.resume_dir(out).mkdir()
     sft_resume.save_state(out, "fp", 5, [1.0] * 5, model, optimizer, schedule)
-    with pytest.raises(CheckpointWriteError) as err:
+    with pytest.raises(DiskFullError) as err:
         sft_resume.save_state(out, "fp", 10, [1.0] * 10, model, optimizer, schedule)
     assert "the SFT resume point" in str(err.value) and "of an earlier step is kept" in str(err.value)
     assert [p.name for p in sft_resume.resume_dir(out).iterdir()] == [sft_resume.STATE_FILE]
     assert sft_resume.saved_step(out, "fp") == 5
+
+
+def _fill(path: Path) -> None:
+    """Write zeros to `path` until the disk refuses more."""
+    with path.open("wb", buffering=0) as f:  # unbuffered: close() has nothing left to write
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+def test_a_metrics_record_on_a_full_disk_is_one_error_and_the_file_stays_whole(small_disk):
+    from trainer.logger import MetricLogger, read_metrics
+
+    run = small_disk(256 * 1024)
+    logger = MetricLogger(run)
+    try:
+        logger.log(1, {"loss/policy": 0.5})
+        _fill(run / "filler")
+        with pytest.raises(DiskFullError) as err:
+            for step in range(2, 200):  # the page cache may take a few records before the disk refuses one
+                logger.log(step, {"loss/policy": 0.5, "pad": float(step)})
+                os.sync()
+    finally:
+        (run / "filler").unlink(missing_ok=True)
+        logger.close()
+    message = str(err.value)
+    assert message.startswith("cannot write the metrics of step ") and str(run / "metrics.jsonl") in message
+    assert "\n" not in message and "no checkpoint was saved yet" in message and "MB free" in message
+    records = read_metrics(run)  # every line left is a whole record
+    assert records[0] == {"step": 1, "loss/policy": 0.5}
