@@ -1,10 +1,17 @@
-"""A small rich progress bar that shows the latest scalar values next to the bar."""
+"""Progress of long work: a rich bar with the latest scalar values on a terminal, plain lines in a log.
+
+A rich bar redraws in place, which a log file (`alprl train ... > run.log`, a scheduler's output) cannot show: there
+only its final state would appear, at the end. So when the console is not a terminal, the same calls print one line
+per `LOG_EVERY_FRACTION` of the work (and at the end), each with the count, elapsed time and latest values.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -14,6 +21,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+LOG_EVERY_FRACTION = 0.1
+
+
+def _values(values: dict[str, float]) -> str:
+    return "  ".join(f"{k}={v:.3f}" for k, v in values.items())
+
 
 class _Bar:
     def __init__(self, progress: Progress | None, task: int | None):
@@ -22,17 +35,36 @@ class _Bar:
     def advance(self, n: int = 1, **values: float) -> None:
         if self.progress is None:
             return
-        text = "  ".join(f"{k}={v:.3f}" for k, v in values.items())
-        self.progress.update(self.task, advance=n, values=text)
+        self.progress.update(self.task, advance=n, values=_values(values))
+
+
+class _LogLines:
+    """The bar's interface for a console that is not a terminal: a line at every tenth of the work and at the end."""
+
+    def __init__(self, console: Console, label: str, total: int, completed: int):
+        self.console, self.label, self.total, self.done = console, label, total, completed
+        self.start = time.monotonic()
+        self.every = max(1, round(total * LOG_EVERY_FRACTION))
+
+    def advance(self, n: int = 1, **values: float) -> None:
+        before, self.done = self.done, self.done + n
+        if self.done // self.every > before // self.every or self.done >= self.total:
+            elapsed = time.strftime("%H:%M:%S", time.gmtime(time.monotonic() - self.start))
+            self.console.print(f"{self.label} {self.done}/{self.total}  {elapsed}  {_values(values)}".rstrip(),
+                               highlight=False, soft_wrap=True)
 
 
 @contextmanager
-def progress_bar(label: str, total: int, completed: int = 0, enabled: bool = True) -> Iterator[_Bar]:
+def progress_bar(label: str, total: int, completed: int = 0, enabled: bool = True) -> Iterator[_Bar | _LogLines]:
     if not enabled:
         yield _Bar(None, None)
         return
+    console = Console()
+    if not console.is_terminal:
+        yield _LogLines(console, label, total, completed)
+        return
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[values]}")]
-    with Progress(*columns, transient=False) as progress:
+    with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(label, total=total, completed=completed, values="")
         yield _Bar(progress, task)
