@@ -85,11 +85,14 @@ def evaluation_chunks(engine: Engine, agent: Agent, envs: Sequence[gym.Env], spl
 
 
 def _record(episode: int, samples_per_task: int, t: Trajectory) -> dict[str, Any]:
+    """One episode's record; `extracted_answer` only from envs that report one (the math envs), so a reduction
+    can tell "no answer" from "an env without answers"."""
+    answer = {"extracted_answer": str(t.info["extracted_answer"])} if "extracted_answer" in t.info else {}
     return {"index": episode // samples_per_task, "sample": episode % samples_per_task, "task_id": t.task_id,
-            "task_type": t.info.get("task_type", ""), "reward": t.reward, "won": bool(t.info.get("won")),
-            "extracted_answer": str(t.info.get("extracted_answer", "")), "turns": t.info.get("turns", 0),
-            "tool_calls": t.info.get("num_tool_calls", 0), "response_tokens": len(t.response_ids),
-            "sampled_tokens": t.num_sampled_tokens, "truncated": bool(t.info.get("truncated"))}
+            "task_type": t.info.get("task_type", ""), "reward": t.reward, "won": bool(t.info.get("won")), **answer,
+            "turns": t.info.get("turns", 0), "tool_calls": t.info.get("num_tool_calls", 0),
+            "response_tokens": len(t.response_ids), "sampled_tokens": t.num_sampled_tokens,
+            "truncated": bool(t.info.get("truncated"))}
 
 
 def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,

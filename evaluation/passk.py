@@ -10,8 +10,10 @@ With n samples of a problem, c of them correct:
   "33" are one vote but "1/2" and "\\frac{1}{2}" are two: grading every pair of answers against each other would
   cost one time-bounded grade per pair. Empty answers (no box) do not vote; a tie goes to the answer sampled
   first; with no answer at all the vote is wrong. The winner's correctness is the `won` flag of its first sample
-  (already graded against the gold; nothing is graded again here).
-The Average column is the unweighted mean of the benchmarks' figures, as the papers' tables lay it out.
+  (already graded against the gold; nothing is graded again here). Envs that report no answers (household,
+  webshop: records without `extracted_answer`) have no maj@n (None).
+The Average column is the unweighted mean of the benchmarks' figures, as the papers' tables lay it out (None when a
+benchmark lacks the figure).
 """
 
 from __future__ import annotations
@@ -82,10 +84,10 @@ def benchmark_scores(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     (n,) = sizes
     correct = [sum(bool(r["won"]) for r in g) for g in groups.values()]
     votes = [majority_vote([r.get("extracted_answer", "") for r in g], [bool(r["won"]) for r in g])[1]
-             for g in groups.values()]
+             for g in groups.values()] if any("extracted_answer" in r for r in records) else None
     return {"problems": len(groups), "samples": n,
             "avg": statistics.fmean(c / n for c in correct),
-            "maj": statistics.fmean(float(v) for v in votes),
+            "maj": None if votes is None else statistics.fmean(float(v) for v in votes),
             "pass": {str(k): statistics.fmean(pass_at_k(n, c, k) for c in correct) for k in k_values(n)},
             "reward": statistics.fmean(float(r["reward"]) for r in records),
             "response_tokens": statistics.fmean(float(r["response_tokens"]) for r in records),
@@ -101,5 +103,7 @@ def average_scores(per_bench: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]
     if not rows:
         return {}
     shared = [k for k in rows[0]["pass"] if all(k in r["pass"] for r in rows)]
-    return {"avg": statistics.fmean(r["avg"] for r in rows), "maj": statistics.fmean(r["maj"] for r in rows),
+    majority = [r["maj"] for r in rows]
+    return {"avg": statistics.fmean(r["avg"] for r in rows),
+            "maj": None if None in majority else statistics.fmean(majority),
             "pass": {k: statistics.fmean(r["pass"][k] for r in rows) for k in shared}}

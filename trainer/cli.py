@@ -1,4 +1,4 @@
-"""`alprl` command line: train, sft, demo, report, sandbox.
+"""`alprl` command line: train, sft, demo, report, eval, robustness, sandbox.
 
 Configs are YAML files overriding the dataclass defaults of trainer/config.py, plus `key=value`
 overrides (dotted keys, YAML values) and `algorithm=<preset>`. A bad key or value exits with status 2
@@ -16,6 +16,7 @@ import sys
 import threading
 
 from trainer.config import ConfigError, TrainConfig, algorithm_presets, build_config, field_docs, to_dict
+from trainer.eval_cli import add_eval_parser, run_eval_command
 
 EPILOG = """overrides: dotted key=value pairs after the options, e.g.
   alprl train --config configs/demo.yaml optim.lr=1e-4 rollout.group_size=8 algorithm=grpo
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(demo, "configs/demo.yaml")
     report = sub.add_parser("report", help="(re)write <run>/report.html from a run directory")
     report.add_argument("run_dir")
+    add_eval_parser(sub)
     _add_robustness_parser(sub)
     sub.add_parser("sandbox", help="the code-execution service (alprl sandbox serve --help)", add_help=False)
     return parser
@@ -136,6 +138,20 @@ def run_robustness_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_eval(args: argparse.Namespace) -> int:
+    """`alprl eval` under the stop guard: SIGTERM / Ctrl-C close the engine (the records of finished engine calls
+    are on disk already, and a rerun continues from them)."""
+    try:
+        guard = StopGuard("eval", StopGuard.timeout_from_env()).install()
+    except ConfigError as exc:
+        print(f"alprl eval: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_eval_command(args)
+    finally:
+        guard.uninstall()
+
+
 def config_help() -> str:
     lines = []
 
@@ -165,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
     if args.command == "robustness":
         return run_robustness_command(args)
+    if args.command == "eval":
+        return run_eval(args)
     if args.command == "report":
         from evaluation.report import write_report
 

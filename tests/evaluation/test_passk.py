@@ -99,3 +99,12 @@ def test_average_column_is_the_unweighted_mean_over_benchmarks():
     assert avg["avg"] == pytest.approx(0.25)  # (0.5 + 0) / 2, not weighted by the 1 vs 3 problems
     assert avg["maj"] == pytest.approx(0.5)   # a's vote "1" (sampled first, correct) + b's wrong vote, / 2
     assert avg["pass"] == pytest.approx({"1": 0.25, "2": 0.5})
+
+
+def test_envs_without_answers_have_no_majority_vote():
+    household = [{"index": 0, "sample": j, "won": j == 0, "reward": float(j == 0), "response_tokens": 5, "turns": 3,
+                  "tool_calls": 0} for j in range(2)]  # no extracted_answer: the env reports none
+    s = benchmark_scores(household)
+    assert s["maj"] is None and s["avg"] == 0.5 and s["pass"]["2"] == 1.0
+    math = benchmark_scores(_records([[("1", True), ("1", True)]]))
+    assert average_scores({"math": math, "household": s})["maj"] is None

@@ -1,0 +1,231 @@
+"""What `alprl eval` will run, settled before any model loads: benchmarks, their settings, the output directory.
+
+One evaluation path: a benchmark is played with `trainer.run_config.eval_settings` of a config built the way
+`alprl robustness` builds it (the checkpoint's `alprl_config.yaml`, else the defaults; then the options; then
+key=value overrides), so an alprl checkpoint keeps its run's prompt format, stop strings, limits, sampling and
+seed. Per benchmark only the env section changes:
+- `NAME=PATH` (a dataset file of any `envs.datasets` layout) plays the file as the test split of the mode's env:
+  `--mode single` alprl/Math-v0 (one turn, no tool), `--mode tir` alprl/TIRMath-v0. The run's env section is kept
+  when the run played that env (style, max_turns, sandbox, ...), else the env defaults apply. The run's own
+  dataset keys are dropped before its config is read: its files need not be on this machine, and their layout
+  and columns are not the benchmark's (`env.dataset_format=` / `env.dataset_fields.<role>=` on the command line
+  apply to every benchmark file).
+- a built-in name (an env alias of `agents/env_families.py`: tir, math, household, webshop, ...) plays that env's
+  own test split (the generated arithmetic problems for tir and math).
+Every file is loaded and checked here (`trainer.validation.validate_config`), so a bad file is one error before
+the engine starts. A plain Hugging Face model (no run config) gets the defaults plus a response budget a real model
+needs (`PLAIN_MODEL_BUDGET`); in single mode, when the run did not play single-turn math, the one turn may use the
+whole response budget (a tool turn's `rollout.max_new_tokens` is far too short for a chain of thought).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents.engines import resolve_kind
+from agents.env_families import BY_ALIAS, env_entry, problem_count
+from agents.models import resolve_local
+from envs.datasets import DatasetError, fingerprint
+from evaluation.eval_run import Benchmark
+from trainer.config import ConfigError, EnvConfig, TrainConfig, build_config, load_yaml, parse_overrides
+from trainer.run_config import RUN_CONFIG_FILE, eval_settings
+from trainer.validation import validate_config
+
+MODE_ENVS = {"single": "alprl/Math-v0", "tir": "alprl/TIRMath-v0"}
+PLAIN_MODEL_BUDGET = 4096
+"""Response tokens (and tokens per turn) for a model without a run config: chains of thought of real models on
+MATH-level problems run to thousands of tokens."""
+BUILTIN_TASKS = {"alprl/TIRMath-v0": 500, "alprl/Math-v0": 500}
+"""Default problems of a built-in benchmark (the generated test split has 500); the agentic envs' default is
+`AGENTIC_TASKS` (their episodes run up to 50 steps)."""
+AGENTIC_TASKS = 100
+DATASET_KEYS = ("dataset", "eval_dataset", "dataset_format", "dataset_split_field", "dataset_fields")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    model: Path
+    config: TrainConfig
+    """The resolved config (run config or defaults, options, overrides): engine, dtype, context."""
+    benchmarks: list[Benchmark]
+    settings: dict[str, Any]
+    """What decides the samples (stored in the output directory; a rerun must match)."""
+    meta: dict[str, Any]
+    """Facts for the summary and report."""
+    out: Path
+
+
+def parse_benches(specs: list[str]) -> list[tuple[str, str]]:
+    """['a=F1,b=F2', 'household'] → [('a', 'F1'), ('b', 'F2'), ('household', '')] ('' = built-in)."""
+    out = []
+    for item in (part.strip() for spec in specs for part in spec.split(",")):
+        if not item:
+            continue
+        name, sep, path = item.partition("=")
+        name, path = name.strip(), path.strip()
+        if not _NAME.fullmatch(name) or (sep and not path):
+            raise ValueError(f"--bench {item!r}: expected NAME=PATH (NAME of letters, digits, _ . + -) or a "
+                             f"built-in name ({', '.join(BY_ALIAS)})")
+        if not sep and name not in BY_ALIAS:
+            raise ValueError(f"--bench {name!r} is no built-in benchmark ({', '.join(BY_ALIAS)}); give a dataset "
+                             f"file as {name}=PATH")
+        out.append((name, path))
+    if not out:
+        raise ValueError("--bench: no benchmark given (e.g. --bench math500=data/math500.jsonl)")
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--bench: benchmark names must differ, got {', '.join(names)}")
+    return out
+
+
+def _option_overrides(args: argparse.Namespace, plain: bool) -> list[str]:
+    out = [f"rollout.max_new_tokens={PLAIN_MODEL_BUDGET}", f"rollout.max_response_tokens={PLAIN_MODEL_BUDGET}"] \
+        if plain else []
+    out.append(f"rollout.engine={args.engine}")
+    for flag, key in (("max_tokens", "rollout.max_response_tokens"), ("max_new_tokens", "rollout.max_new_tokens"),
+                      ("top_p", "rollout.top_p"), ("k", "eval_samples"), ("seed", "seed")):
+        if getattr(args, flag) is not None:
+            out.append(f"{key}={getattr(args, flag)}")
+    if args.temperature is not None:
+        if args.temperature < 0:
+            raise ValueError(f"--temperature {args.temperature}: expected >= 0 (0: greedy)")
+        out += ["eval_greedy=true"] if args.temperature == 0 else [f"rollout.temperature={args.temperature}",
+                                                                  "eval_greedy=false"]
+    return out
+
+
+def _run_config_file(model: Path, scratch: Path) -> Path | None:
+    """A copy of the model's run config without its dataset keys (None: it has none). The run's training and
+    evaluation files need not be on this machine, and each benchmark brings its own file."""
+    path = model / RUN_CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = load_yaml(path)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: {exc} (pass --no-run-config to evaluate the model with the defaults)") from None
+    for key in DATASET_KEYS:
+        (data.get("env") or {}).pop(key, None)
+    copy = scratch / RUN_CONFIG_FILE
+    copy.write_text(yaml.safe_dump(data, sort_keys=False))
+    return copy
+
+
+def file_overrides(overrides: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """(the overrides without env dataset keys, the layout options among them: {"dataset_format": ...,
+    "dataset_fields": {...}}). Those apply to each benchmark file, not to the run's config; the files themselves
+    come with --bench."""
+    rest, layout = [], []
+    for item in overrides:
+        parts = item.partition("=")[0].strip().split(".")
+        (layout if parts[0] == "env" and len(parts) > 1 and parts[1] in DATASET_KEYS else rest).append(item)
+    options = parse_overrides(layout).get("env", {})
+    for key in ("dataset", "eval_dataset", "dataset_split_field"):
+        if key in options:
+            raise ConfigError(f"env.{key}: benchmark files come with --bench NAME=PATH")
+    if "dataset_fields" in options and not isinstance(options["dataset_fields"], dict):
+        raise ConfigError("env.dataset_fields: set a column per role, e.g. env.dataset_fields.question=my_q")
+    out = {"dataset_fields": {str(k): str(v) for k, v in options["dataset_fields"].items()}} \
+        if "dataset_fields" in options else {}
+    return rest, out | ({"dataset_format": str(options["dataset_format"] or "")} if "dataset_format" in options
+                        else {})
+
+
+def base_config(args: argparse.Namespace, model: Path) -> tuple[TrainConfig, TrainConfig | None]:
+    """(the resolved config, its engine kind resolved: auto → vllm or hf; the run config or None)."""
+    overrides, _ = file_overrides(list(args.overrides))
+    if "id" in parse_overrides(overrides).get("env", {}):
+        raise ConfigError("env.id: the env follows from --mode (single, tir) or a built-in benchmark name")
+    with tempfile.TemporaryDirectory(prefix="alprl-eval-") as scratch:
+        path = None if args.no_run_config else _run_config_file(model, Path(scratch))
+        try:
+            run_cfg = build_config(path) if path is not None else None
+        except ConfigError as exc:  # a run config this version of alprl cannot read
+            raise ConfigError(f"{model / RUN_CONFIG_FILE}: {exc} (the run config saved with this model; pass "
+                              "--no-run-config to evaluate it with the defaults instead)") from None
+        # eval_tasks=0: the run's own held-out count bounds nothing here (--tasks does)
+        cfg = build_config(path, ["eval_tasks=0", *_option_overrides(args, run_cfg is None), *overrides])
+    rollout = dataclasses.replace(cfg.rollout, engine=resolve_kind(cfg.rollout.engine))
+    return dataclasses.replace(cfg, rollout=rollout), run_cfg
+
+
+def default_mode(run_cfg: TrainConfig | None) -> str:
+    """tir for a run that played TIR math, else single."""
+    return "tir" if run_cfg is not None and run_cfg.env.id == MODE_ENVS["tir"] else "single"
+
+
+def _bench_env(cfg: TrainConfig, env_id: str, path: str, overrides: list[str]) -> EnvConfig:
+    """The env section a benchmark plays: the config's when it is that env, else the defaults with the command
+    line's env.* overrides; the benchmark's file as the test split with the command line's layout options (no
+    file: the env's own test split)."""
+    rest, layout = file_overrides(overrides)
+    env_overrides = [o for o in rest if o.partition("=")[0].strip().startswith("env.")]
+    env = cfg.env if cfg.env.id == env_id else build_config(None, [f"env.id={env_id}", *env_overrides]).env
+    cleared = {k: ({} if k == "dataset_fields" else "") for k in DATASET_KEYS}
+    return dataclasses.replace(env, **(cleared | layout | {"eval_dataset": path} if path else cleared))
+
+
+def make_benchmark(cfg: TrainConfig, run_cfg: TrainConfig | None, args: argparse.Namespace, name: str,
+                   path: str, mode: str) -> Benchmark:
+    env_id = MODE_ENVS[mode] if path else env_entry(name).env_id
+    bench_cfg = dataclasses.replace(cfg, env=_bench_env(cfg, env_id, path, list(args.overrides)), eval_tasks=0)
+    try:
+        size = problem_count(bench_cfg.env, "test")  # loads the file: a bad one is one line naming file, row, field
+        validate_config(bench_cfg)
+    except (ConfigError, DatasetError) as exc:
+        raise ConfigError(f"--bench {name}: {exc}") from None
+    settings = eval_settings(bench_cfg)
+    rollout_overrides = parse_overrides(list(args.overrides)).get("rollout", {})
+    turn_set = args.max_new_tokens is not None or "max_new_tokens" in rollout_overrides
+    if env_id == MODE_ENVS["single"] and not turn_set and (run_cfg is None or run_cfg.env.id != env_id):
+        settings = dataclasses.replace(settings, limits=dataclasses.replace(
+            settings.limits, max_new_tokens=settings.limits.max_response_tokens))
+    if args.batch:
+        settings = dataclasses.replace(settings, num_envs=args.batch)
+    wanted = args.tasks or (size if path else BUILTIN_TASKS.get(env_id, AGENTIC_TASKS))
+    source = str(Path(path).resolve()) if path else f"{env_id} test split"
+    return Benchmark(name, settings, min(wanted, size), source)
+
+
+def model_signature(model: Path) -> list[list[Any]]:
+    """(name, bytes, mtime) of the model directory's files: a retrained or replaced model is other settings."""
+    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(model.iterdir()) if p.is_file()]
+
+
+def plan_eval(args: argparse.Namespace) -> EvalPlan:
+    """Everything `alprl eval` runs, checked; raises ConfigError / ValueError / FileNotFoundError (exit 2)."""
+    if args.k is not None and args.k < 1 or args.tasks is not None and args.tasks < 0 \
+            or args.batch is not None and args.batch < 1:
+        raise ValueError("--k and --batch must be >= 1 and --tasks >= 0")
+    model = resolve_local(args.model)
+    benches = parse_benches(args.bench)
+    cfg, run_cfg = base_config(args, model)
+    mode = args.mode or default_mode(run_cfg)
+    benchmarks = [make_benchmark(cfg, run_cfg, args, name, path, mode) for name, path in benches]
+    r = cfg.rollout
+    settings = {"model": str(model.resolve()), "model_files": model_signature(model), "engine": r.engine,
+                "dtype": r.dtype, "max_model_len": r.max_model_len, "quantization": r.quantization,
+                "kv_cache_dtype": r.kv_cache_dtype,
+                "benchmarks": {b.name: {"source": b.source, "num_tasks": b.num_tasks,
+                                        "file": fingerprint(b.source) if b.settings.env.eval_dataset else "",
+                                        **dataclasses.asdict(b.settings)} for b in benchmarks}}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+    s = benchmarks[0].settings
+    meta = {"label": args.model, "model": str(model), "mode": mode, "k": s.samples_per_task,
+            "temperature": 0.0 if s.greedy else s.temperature, "top_p": s.top_p, "seed": s.seed,
+            "max_response_tokens": s.limits.max_response_tokens, "max_new_tokens": s.limits.max_new_tokens,
+            "engine": r.engine, "dtype": r.dtype,
+            "settings_from": str(model / RUN_CONFIG_FILE) if run_cfg is not None else "alprl defaults (no run config)"}
+    out = Path(args.out) if args.out else model / "eval" / f"{mode}-{digest}"
+    return EvalPlan(model, cfg, benchmarks, settings, meta, out)
