@@ -121,9 +121,12 @@ def robustness_settings(args: argparse.Namespace):
 def run_robustness_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from transformers.utils import logging as hf_logging
+
     from evaluation.robustness_cli import parse_scales, run_robustness
     from trainer.run_config import run_eval_on_tasks
 
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per condition would drown the sweep's own lines
     try:
         settings, meta = robustness_settings(args)
         scales = parse_scales(args.scales) if args.scales else None
