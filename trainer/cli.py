@@ -199,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.validation import validate_model_shape  # here, as it loads torch and gymnasium
 
         shape_warnings = validate_model_shape(cfg)  # the run's engine start logs the same warnings
+        if args.command in ("sft", "demo"):  # both build the warm start: what SFT refuses, --dry-run refuses too
+            from trainer.sft import check_sft_config
+
+            check_sft_config(cfg)
     except ConfigError as exc:
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -128,9 +128,11 @@ def test_the_installed_cli_refuses_a_missing_dataset_with_one_line(tmp_path):
     (["env.dataset={big}", "eval_tasks=0"], "has no solution code"),
     (["env.id=alprl/Math-v0"], "no SFT expert for alprl/Math-v0"),
 ])
-def test_sft_refuses_what_its_expert_cannot_play_before_it_starts(capsys, files, tmp_path, overrides, says):
+@pytest.mark.parametrize("command", [["sft"], ["sft", "--dry-run"], ["demo", "--dry-run"]])
+def test_sft_refuses_what_its_expert_cannot_play_before_it_starts(capsys, files, tmp_path, overrides, says, command):
     capsys.readouterr()
-    code = main(["sft", "--no-progress", f"sft.output_dir={tmp_path / 'sft'}", *(o.format(**files) for o in overrides)])
+    code = main([*command, "--no-progress", f"sft.output_dir={tmp_path / 'sft'}",
+                 *(o.format(**files) for o in overrides)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and says in err[0], err
     assert not (tmp_path / "sft").exists()
