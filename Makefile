@@ -44,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/env_throughput.py
 	$(BIN)/python bench/alp_overhead.py
 	$(BIN)/python bench/rollout_throughput.py
+	$(BIN)/python bench/eval_throughput.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

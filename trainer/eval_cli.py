@@ -69,7 +69,8 @@ def add_eval_parser(sub) -> None:
     p.add_argument("--engine", default="auto", help="auto (vLLM when it imports, else transformers), vllm or hf "
                    "(default auto)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default: the run's seed, else 0)")
-    p.add_argument("--out", default="", help="output directory (default <model>/eval/<mode>-<settings hash>)")
+    p.add_argument("--out", default="", help="output directory (default <model>/eval/<mode>-<settings hash>; "
+                   "runs/eval/<org>--<name>/eval/... for a hub name from the local cache)")
     p.add_argument("--force", action="store_true", help="start over in an --out that holds other records")
     p.add_argument("--no-run-config", action="store_true", help="ignore the model's alprl_config.yaml")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs / CI)")

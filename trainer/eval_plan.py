@@ -227,5 +227,7 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
             "max_response_tokens": s.limits.max_response_tokens, "max_new_tokens": s.limits.max_new_tokens,
             "engine": r.engine, "dtype": r.dtype,
             "settings_from": str(model / RUN_CONFIG_FILE) if run_cfg is not None else "alprl defaults (no run config)"}
-    out = Path(args.out) if args.out else model / "eval" / f"{mode}-{digest}"
+    # a hub name read from the Hugging Face cache gets its results outside the cache
+    home = model if Path(args.model).expanduser().is_dir() else Path("runs/eval") / args.model.replace("/", "--")
+    out = Path(args.out) if args.out else home / "eval" / f"{mode}-{digest}"
     return EvalPlan(model, cfg, benchmarks, settings, meta, out)
