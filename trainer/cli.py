@@ -103,12 +103,13 @@ def robustness_settings(args: argparse.Namespace):
     from trainer.run_config import RUN_CONFIG_FILE, eval_settings, load_run_config
 
     run_cfg = None if args.no_run_config else load_run_config(args.checkpoint)
-    overrides = list(args.overrides)
     if args.env and (run_cfg is None or env_entry(args.env).env_id != run_cfg.env.id):
         run_cfg = None  # another env than the run's: its env section does not apply
-        overrides.insert(0, f"env.id={env_entry(args.env).env_id}")
+        cfg = build_config(None, [f"env.id={env_entry(args.env).env_id}", *args.overrides])
+    else:
+        cfg = load_run_config(args.checkpoint, args.overrides) if run_cfg is not None else \
+            build_config(None, args.overrides)
     path = Path(args.checkpoint) / RUN_CONFIG_FILE
-    cfg = build_config(path if run_cfg is not None else None, overrides)
     settings = eval_settings(cfg)
     greedy = settings.greedy if run_cfg is not None else True
     settings = dataclasses.replace(

@@ -31,15 +31,19 @@ def write_run_config(directory: str | Path, cfg: TrainConfig) -> Path:
     return path
 
 
-def load_run_config(model_dir: str | Path) -> TrainConfig | None:
-    """The run config saved with `model_dir`, validated; None if the directory has none. A file this version of
-    alprl cannot read raises one ConfigError naming it."""
+def load_run_config(model_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig | None:
+    """The run config saved with `model_dir` plus `overrides` (key=value), validated; None if the directory has
+    none. Evaluation plays the test split only, so a run that had a separate `env.eval_dataset` is read without its
+    training file (which need not be on this machine). A file this version of alprl cannot read raises one
+    ConfigError naming it."""
     path = Path(model_dir) / RUN_CONFIG_FILE
     if not path.is_file():
         return None
     try:
-        return build_config(path)
-    except (ConfigError, yaml.YAMLError) as exc:
+        env = (yaml.safe_load(path.read_text()) or {}).get("env") or {}
+        train_only = ["env.dataset=", "env.dataset_split_field="] if env.get("eval_dataset") else []
+        return build_config(path, [*train_only, *overrides])
+    except (ConfigError, yaml.YAMLError, AttributeError) as exc:
         one_line = " ".join(str(exc).split())
         raise ConfigError(f"{path}: {one_line} (the run config saved with this model; pass --no-run-config to "
                           "evaluate it with the defaults instead)") from None

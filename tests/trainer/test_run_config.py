@@ -85,3 +85,17 @@ def test_an_unreadable_run_config_is_one_error_naming_the_file(tmp_path, capsys)
     assert main(["robustness", "--checkpoint", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and RUN_CONFIG_FILE in err[0] and "--no-run-config" in err[0]
+
+
+def test_evaluation_reads_a_run_config_without_its_training_file(tmp_path):
+    held_out = tmp_path / "math500.jsonl"
+    held_out.write_text("".join(json.dumps({"problem": f"What is {i}+{i}?", "answer": str(2 * i),
+                                            "unique_id": f"t/{i}"}) + "\n" for i in range(8)))
+    (tmp_path / RUN_CONFIG_FILE).write_text(f"env:\n  dataset: {tmp_path / 'gone.parquet'}\n"
+                                            f"  eval_dataset: {held_out}\neval_tasks: 8\n")
+    cfg = load_run_config(tmp_path)  # the training file is not here: evaluation plays the test split only
+    assert cfg.env.eval_dataset == str(held_out) and cfg.env.dataset == ""
+    assert load_run_config(tmp_path, ["eval_samples=3"]).eval_samples == 3
+    held_out.unlink()
+    with pytest.raises(ConfigError, match="math500.jsonl: no such file"):  # the file it does play must be there
+        load_run_config(tmp_path)
