@@ -100,7 +100,12 @@ def robustness_settings(args: argparse.Namespace):
     from pathlib import Path
 
     from agents.env_families import env_entry
-    from trainer.run_config import RUN_CONFIG_FILE, eval_settings, load_run_config
+    from trainer.run_config import (
+        RUN_CONFIG_FILE,
+        eval_settings,
+        load_run_config,
+        run_code_where_the_sandbox_answers,
+    )
 
     run_cfg = None if args.no_run_config else load_run_config(args.checkpoint)
     if args.env and (run_cfg is None or env_entry(args.env).env_id != run_cfg.env.id):
@@ -110,6 +115,9 @@ def robustness_settings(args: argparse.Namespace):
         cfg = load_run_config(args.checkpoint, args.overrides) if run_cfg is not None else \
             build_config(None, args.overrides)
     path = Path(args.checkpoint) / RUN_CONFIG_FILE
+    warning = run_code_where_the_sandbox_answers(cfg)
+    if warning:
+        print(f"alprl robustness: warning: {warning}", file=sys.stderr)
     settings = eval_settings(cfg)
     greedy = settings.greedy if run_cfg is not None else True
     settings = dataclasses.replace(

@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from agents.models import resolve_local
 from envs.datasets import DatasetError, fingerprint
 from evaluation.eval_run import Benchmark
 from trainer.config import ConfigError, EnvConfig, TrainConfig, build_config, load_yaml, parse_overrides
-from trainer.run_config import RUN_CONFIG_FILE, eval_settings
+from trainer.run_config import RUN_CONFIG_FILE, eval_settings, run_code_where_the_sandbox_answers
 from trainer.validation import validate_config
 
 MODE_ENVS = {"single": "alprl/Math-v0", "tir": "alprl/TIRMath-v0"}
@@ -211,6 +212,9 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     model = resolve_local(args.model)
     benches = parse_benches(args.bench)
     cfg, run_cfg = base_config(args, model)
+    warning = run_code_where_the_sandbox_answers(cfg)
+    if warning:
+        print(f"alprl eval: warning: {warning}", file=sys.stderr)
     mode = args.mode or default_mode(run_cfg)
     benchmarks = [make_benchmark(cfg, run_cfg, args, name, path, mode) for name, path in benches]
     r = cfg.rollout

@@ -99,3 +99,29 @@ def test_evaluation_reads_a_run_config_without_its_training_file(tmp_path):
     held_out.unlink()
     with pytest.raises(ConfigError, match="math500.jsonl: no such file"):  # the file it does play must be there
         load_run_config(tmp_path)
+
+
+def test_a_gone_sandbox_service_falls_back_to_in_process_code_with_a_warning(trained_run, tmp_path, capsys):
+    import socket
+
+    from sandbox.local_server import serve_in_background
+    from trainer.run_config import run_code_where_the_sandbox_answers
+
+    with socket.socket() as s:  # a loopback port nothing listens on: the demo's sandbox after the demo ended
+        s.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{s.getsockname()[1]}"
+    cfg = build_config(None, [f"env.sandbox_url={gone}"])
+    assert gone in run_code_where_the_sandbox_answers(cfg) and cfg.env.sandbox_url == ""
+    with serve_in_background(workers=1) as url:  # a live one is kept
+        live = build_config(None, [f"env.sandbox_url={url}"])
+        assert run_code_where_the_sandbox_answers(live) is None and live.env.sandbox_url == url
+    # through the CLI: the run's own figure on a checkpoint whose run config names the gone service
+    _, run = trained_run
+    checkpoint = run / "checkpoints" / "step_1"
+    out = tmp_path / "rob"
+    assert main(["robustness", "--checkpoint", str(checkpoint), "--perturb", "noise", "--scales", "noise=0.5",
+                 "--tasks", "8", "--out", str(out), f"env.sandbox_url={gone}"]) == 0
+    assert f"alprl robustness: warning: the run's sandbox service {gone} does not answer" in capsys.readouterr().err
+    clean = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    own = [json.loads(line) for line in (run / "eval" / "step_1.jsonl").read_text().splitlines()]
+    assert [r["won"] for r in clean if r["condition"] == "clean@0.0"] == [r["won"] for r in own]
