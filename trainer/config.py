@@ -301,6 +301,15 @@ class SFTConfig:
 
 
 @dataclass
+class DiagnosticsConfig:
+    scatter_every: int = 10
+    """Save a sample of (π_train(θ_old), μ) token probabilities to `<run>/diagnostics/scatter_step_<k>.npz` every
+    N steps and at the first and last step (0: only those two); the report draws them (ALP paper Fig. 10)."""
+    scatter_points: int = 20000
+    """Tokens in each scatter sample (a seeded draw without replacement; fewer when the batch has fewer)."""
+
+
+@dataclass
 class TrainConfig:
     seed: int = 0
     """Seed of everything (torch, task sampling, sampler)."""
@@ -332,6 +341,7 @@ class TrainConfig:
     perturb: PerturbConfig = field(default_factory=PerturbConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
 
 
 # ---------------------------------------------------------------------------------------------- loading

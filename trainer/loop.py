@@ -35,6 +35,7 @@ from trainer.mismatch_metrics import mismatch_diagnostics
 from trainer.objective import prepare_corrections
 from trainer.progress import progress_bar
 from trainer.run_config import eval_settings
+from trainer.scatter import is_scatter_step, save_scatter
 from trainer.tasks import episode_specs, rollout_limits
 from trainer.types import Batch, collate
 from trainer.update import minibatch_rows, old_logprobs, update_policy
@@ -96,6 +97,9 @@ def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int
     if cfg.perturb.sprpo_adaptive:  # SPrPO: σ per layer from a sensitivity probe (every sprpo_every steps)
         metrics |= algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step)
     metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
+    if is_scatter_step(step, cfg.diagnostics.scatter_every, 1, cfg.steps):  # Fig. 10's (π_train, μ) sample
+        metrics |= save_scatter(cfg.output_dir, step, batch.old_logp, batch.rollout_logp, batch.loss_mask,
+                                seed=cfg.seed, max_points=cfg.diagnostics.scatter_points)
     snapshot = candidate_snapshot(c) if cfg.algo.mipu_screen else None
     c.engine.sleep()  # a GPU sampler with rollout.enable_sleep_mode frees its memory for the update (else no-op)
     metrics |= update(c, cfg, batch, step)

@@ -1,0 +1,47 @@
+"""trainer/scatter.py: which steps save a sample, the sample's size and seeding, the .npz on disk and its r."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.scatter import is_scatter_step, pearson_r, save_scatter, scatter_sample
+
+
+def test_scatter_steps_are_first_last_and_every_nth():
+    assert [s for s in range(1, 26) if is_scatter_step(s, 10, 1, 25)] == [1, 10, 20, 25]
+    assert [s for s in range(1, 26) if is_scatter_step(s, 0, 1, 25)] == [1, 25]
+
+
+def test_sample_keeps_masked_finite_tokens_only():
+    old = torch.log(torch.tensor([[0.5, 0.25, 0.9], [0.1, 0.2, 0.3]]))
+    roll = torch.log(torch.tensor([[0.4, 0.25, 0.8], [0.2, 0.1, 0.3]]))
+    roll[1, 2] = -math.inf  # a token the engine reported no log-prob for: left out
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    train_p, rollout_p = scatter_sample(old, roll, mask, seed=0, max_points=100)
+    assert train_p.tolist() == pytest.approx([0.5, 0.25, 0.1, 0.2])
+    assert rollout_p.tolist() == pytest.approx([0.4, 0.25, 0.2, 0.1])
+
+
+def test_sample_is_fixed_size_and_seeded(tmp_path):
+    gen = torch.Generator().manual_seed(0)
+    old = torch.rand(64, 500, generator=gen).clamp_min(1e-3).log()  # (B, T): 32,000 tokens
+    roll = (old.exp() * 0.9 + 0.05).log()  # μ = 0.9 π + 0.05: r = 1 exactly
+    mask = torch.ones_like(old)
+    a = save_scatter(tmp_path, 3, old, roll, mask, seed=7, max_points=20000)
+    first = np.load(tmp_path / "diagnostics" / "scatter_step_3.npz")
+    train_p, rollout_p = first["train_p"], first["rollout_p"]
+    assert len(train_p) == len(rollout_p) == 20000
+    assert a["diag/scatter_pearson_r"] == pytest.approx(1.0, abs=1e-5)
+    save_scatter(tmp_path, 3, old, roll, mask, seed=7, max_points=20000)  # a resumed run rewrites the same file
+    assert np.array_equal(np.load(tmp_path / "diagnostics" / "scatter_step_3.npz")["train_p"], train_p)
+    other = scatter_sample(old, roll, mask, seed=8, max_points=20000)[0]
+    assert not np.array_equal(other, train_p)
+
+
+def test_pearson_r_undefined_without_spread(tmp_path):
+    assert pearson_r(np.array([0.5]), np.array([0.5])) is None
+    assert pearson_r(np.array([0.5, 0.5]), np.array([0.1, 0.2])) is None
+    assert save_scatter(tmp_path, 1,
+                        torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), seed=0, max_points=10) == {}
