@@ -1,16 +1,17 @@
-"""Run report: `<run>/report.html` with matplotlib PNG plots embedded (base64) and a JSON summary.
+"""Run report: `report.html` with matplotlib PNG plots embedded (base64), for one run or several overlaid.
 
 Reads `<run>/metrics.jsonl` (one record per step; step 0 holds the pre-RL evaluation), an optional
-`<run>/summary.json` and the per-episode evaluation records `<run>/eval/step_<N>.jsonl`: each later evaluation is
-compared with the first on the same tasks (`paired_difference`). Works on any run directory, so
-`alprl report <run>` regenerates it.
+`<run>/summary.json`, the per-episode evaluation records `<run>/eval/step_<N>.jsonl` (each later evaluation is
+compared with the first on the same tasks, `paired_difference`) and the scatter samples under `<run>/diagnostics/`.
+The diagnostic figures live in `evaluation/report_figures.py`; a figure the run(s) have no data for is left out with
+one line saying why. Several runs (e.g. presets from one start) share each figure's axes with a legend; the report
+goes to the first run's directory unless `out` says otherwise. Works on any run directory, so `alprl report <run>...`
+regenerates it.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.metrics import paired_difference  # noqa: E402
+from evaluation.report_figures import COLORS, FIGURES, Figure, RunData, png, series  # noqa: E402
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -29,27 +31,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-    return [p[0] for p in pts], [p[1] for p in pts]
-
-
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def plot_lines(records: list[dict[str, Any]], keys: list[str], title: str, ylabel: str) -> str | None:
-    """One PNG (base64) with a line per metric key; None if no key has data."""
+def plot_lines(runs: list[RunData], keys: list[str], title: str, ylabel: str) -> str | None:
+    """One PNG (base64) with a line per (run, metric key); None if no key has data."""
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     drawn = False
-    for key in keys:
-        xs, ys = _series(records, key)
-        if xs:
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, label=key)
-            drawn = True
+    for i, run in enumerate(runs):
+        for key, style in zip(keys, ("-", "--", ":", "-."), strict=False):
+            xs, ys = series(run.records, key)
+            if xs:
+                color = COLORS[i % len(COLORS)] if len(runs) > 1 else None
+                ax.plot(xs, ys, style if len(runs) > 1 else "-", color=color, marker="o" if len(xs) < 30 else None,
+                        label=f"{run.label}: {key}" if len(runs) > 1 else key)
+                drawn = True
     if not drawn:
         plt.close(fig)
         return None
@@ -58,7 +51,7 @@ def plot_lines(records: list[dict[str, Any]], keys: list[str], title: str, ylabe
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png(fig)
 
 
 PLOTS = [
@@ -88,7 +81,7 @@ def eval_changes(run: Path, key: str = "won") -> list[tuple[int, int, dict[str, 
             for f in files[1:]]
 
 
-def _changes_table(run: Path) -> str:
+def _changes_table(run: Path, label: str = "") -> str:
     """Success changes, and reward changes where rewards are not just success (WebShop's score)."""
     success = eval_changes(run)
     if not success:
@@ -108,35 +101,68 @@ def _changes_table(run: Path) -> str:
             rows += (f"<td>{d['before']:.3f} &rarr; {d['after']:.3f}</td><td>{d['diff']:+.3f}</td>"
                      f"<td>[{d['diff_ci_lo']:+.3f}, {d['diff_ci_hi']:+.3f}]</td>")
         rows += "</tr>"
-    return ("<h2>Held-out change</h2><p>Each evaluation against the first one on the same tasks (mean per-task "
+    heading = "Held-out change" + (f": {html.escape(label)}" if label else "")
+    return (f"<h2>{heading}</h2><p>Each evaluation against the first one on the same tasks (mean per-task "
             "change, bootstrap interval over tasks).</p>" f"<table>{head}{rows}</table>")
 
 
-def write_report(run_dir: str | Path, title: str = "alprl run report") -> Path:
-    """Render `<run>/report.html` from the run's metrics; returns its path."""
-    run = Path(run_dir)
-    records = read_jsonl(run / "metrics.jsonl")
-    if not records:
-        raise FileNotFoundError(f"no metrics in {run / 'metrics.jsonl'}; is {run} a run directory?")
-    summary_path = run / "summary.json"
+def load_runs(run_dirs: list[str | Path]) -> list[RunData]:
+    """Each run's records, labelled by its directory name (the full path where two names are the same)."""
+    paths = [Path(d) for d in run_dirs]
+    names = [p.name for p in paths]
+    runs = []
+    for path, name in zip(paths, names, strict=True):
+        records = read_jsonl(path / "metrics.jsonl")
+        if not records:
+            raise FileNotFoundError(f"no metrics in {path / 'metrics.jsonl'}; is {path} a run directory?")
+        runs.append(RunData(name if names.count(name) == 1 else str(path), path, records))
+    return runs
+
+
+def _image(title: str, image: str) -> str:
+    return (f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
+            f"src='data:image/png;base64,{image}'/>")
+
+
+def _figure_html(fig: Figure) -> str:
+    if fig.image is None:
+        return f"<p class='missing'>{html.escape(fig.title)} left out: {html.escape(fig.missing)}.</p>"
+    note = f"<p class='note'>{html.escape(fig.missing)}</p>" if fig.missing else ""
+    return _image(fig.title, fig.image) + note
+
+
+def _summary_html(run: RunData, several: bool) -> str:
+    summary_path = run.path / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    parts = [f"<h1>{html.escape(title)}</h1>", f"<p>run directory: <code>{html.escape(str(run))}</code></p>"]
-    if summary:
-        rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>"
-                       for k, v in summary.items())
-        parts.append(f"<h2>Summary</h2><table>{rows}</table>")
-    parts.append(_changes_table(run))
+    if not summary:
+        return ""
+    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>"
+                   for k, v in summary.items())
+    return f"<h2>Summary{': ' + html.escape(run.label) if several else ''}</h2><table>{rows}</table>"
+
+
+def write_report(run_dirs: str | Path | list[str | Path], title: str = "alprl run report",
+                 out: str | Path | None = None) -> Path:
+    """Render `report.html` from one run's metrics, or several runs overlaid; returns its path (`out`, else
+    `<first run>/report.html`)."""
+    runs = load_runs([run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs))
+    several = len(runs) > 1
+    dirs = ", ".join(f"<code>{html.escape(str(r.path))}</code>" for r in runs)
+    parts = [f"<h1>{html.escape(title)}</h1>", f"<p>run director{'ies' if several else 'y'}: {dirs}</p>"]
+    parts += [_summary_html(run, several) for run in runs]
+    parts += [_changes_table(run.path, run.label if several else "") for run in runs]
+    parts += [_figure_html(make(runs)) for make in FIGURES]
     for keys, plot_title, ylabel in PLOTS:
-        image = plot_lines(records, keys, plot_title, ylabel)
+        image = plot_lines(runs, keys, plot_title, ylabel)
         if image:
-            parts.append(f"<h2>{html.escape(plot_title)}</h2><img alt='{html.escape(plot_title)}' "
-                         f"src='data:image/png;base64,{image}'/>")
-    style = ("body{font-family:sans-serif;max-width:900px;margin:2em auto}table{border-collapse:collapse}"
-             "td{border:1px solid #ccc;padding:4px 8px}")
-    out = run / "report.html"
-    out.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                   f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
-    return out
+            parts.append(_image(plot_title, image))
+    style = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto}table{border-collapse:collapse}"
+             "td{border:1px solid #ccc;padding:4px 8px}img{max-width:100%}.missing{color:#666}")
+    path = Path(out) if out is not None else runs[0].path / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                    f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    return path
 
 
 def _fmt(value: Any) -> str:

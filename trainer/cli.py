@@ -55,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "interrupted `alprl sft` (without --force, the build continues from it)")
     demo = sub.add_parser("demo", help="SFT → held-out eval → GRPO → eval → runs/demo/report.html (CPU, minutes)")
     _add_config_args(demo, "configs/demo.yaml")
-    report = sub.add_parser("report", help="(re)write <run>/report.html from a run directory")
-    report.add_argument("run_dir")
+    report = sub.add_parser("report", help="(re)write <run>/report.html from a run directory; several runs are "
+                                           "overlaid on the same axes (e.g. presets from one start)")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN")
+    report.add_argument("--out", default=None, help="where the HTML goes (default: <first RUN>/report.html)")
     add_eval_parser(sub)
     _add_robustness_parser(sub)
     sub.add_parser("sandbox", help="the code-execution service (alprl sandbox serve --help)", add_help=False)
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         from evaluation.report import write_report
 
-        print(write_report(args.run_dir))
+        print(write_report(args.run_dirs, out=args.out))
         return 0
     if args.help_config:
         print(config_help())

@@ -1,10 +1,14 @@
 """`write_report` on a run directory written to disk: plots from metrics.jsonl and the paired held-out change."""
 
 import json
+import re
 
 import pytest
+from report_runs import full_run, old_run
 
 from evaluation.report import eval_changes, write_report
+from evaluation.report_figures import last_multi_sample_eval, pass_curve, scatter_files
+from trainer.cli import main
 
 
 def _write_jsonl(path, records):
@@ -43,3 +47,60 @@ def test_report_without_two_evaluations_has_no_change_table(tmp_path):
     _write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "rollout/reward": 0.3}])
     _write_jsonl(tmp_path / "eval" / "step_1.jsonl", [{"index": 0, "won": True}])
     assert eval_changes(tmp_path) == [] and "Held-out change" not in write_report(tmp_path).read_text()
+
+
+# ---------------------------------------------------------------------------------------------- diagnostic figures
+
+FIGURE_TITLES = ("Figure 1:", "Figure 2:", "Training dynamics", "Figure 8:", "Figure 10:", "Figure 5:")
+
+
+def _images(page: str) -> list[str]:
+    return re.findall(r"<h2>([^<]*)</h2><img alt=", page)
+
+
+def test_full_run_draws_every_figure(tmp_path):
+    page = write_report(full_run(tmp_path / "a")).read_text()
+    drawn = _images(page)
+    for title in FIGURE_TITLES:
+        assert any(t.startswith(title) for t in drawn), (title, drawn)
+    assert "left out" not in page
+
+
+def test_old_run_leaves_figures_out_with_a_reason(tmp_path):
+    page = write_report(old_run(tmp_path / "old")).read_text()
+    drawn = _images(page)
+    assert any(t == "Training dynamics" for t in drawn)  # reward, actor/grad_norm and rollout_corr/kl exist
+    for title in ("Figure 1:", "Figure 2:", "Figure 8:", "Figure 10:", "Figure 5:"):
+        assert not any(t.startswith(title) for t in drawn)
+        assert re.search(rf"<p class='missing'>{title}[^<]* left out: [^<]+</p>", page), title
+    assert "not logged: entropy, policy-update KL" in page
+
+
+def test_pass_at_k_uses_the_unbiased_estimator_on_the_last_multi_sample_eval(tmp_path):
+    run = full_run(tmp_path / "a", steps=6)
+    step, groups = last_multi_sample_eval(run)
+    ks, ys = pass_curve(groups)
+    # c per task = 4, 3, 2, 1, 1, 0 x 5 of n = 4. pass@1 = 11/40; pass@2 = 1 - C(4-c, 2)/C(4, 2) per task
+    # = 1, 1, 5/6, 1/2, 1/2, 0 x 5, mean (3 + 5/6)/10; pass@4 = 5/10 (the tasks with any win)
+    assert step == 6 and ks == [1, 2, 4]
+    assert ys == pytest.approx([11 / 40, (3 + 5 / 6) / 10, 0.5])
+    assert last_multi_sample_eval(old_run(tmp_path / "old")) is None
+
+
+def test_several_runs_share_the_axes_and_the_report_goes_to_the_first_or_out(tmp_path):
+    a, b = full_run(tmp_path / "a"), full_run(tmp_path / "b", spread=0.05, seed=1)
+    page = write_report([a, b]).read_text()
+    assert (a / "report.html").exists() and not (b / "report.html").exists()
+    assert "Summary" not in page and "Held-out change: a" in page and "Held-out change: b" in page
+    single = write_report(a, out=tmp_path / "single.html").read_text()
+    assert len(_images(page)) == len(_images(single))  # overlaid, not one figure per run
+    assert page != single
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "cmp" / "r.html")]) == 0
+    assert len(_images((tmp_path / "cmp" / "r.html").read_text())) == len(_images(page))
+
+
+def test_scatter_figure_reads_the_saved_samples(tmp_path):
+    run = full_run(tmp_path / "a", steps=4)
+    assert [s for s, _ in scatter_files(run)] == [1, 4]
+    page = write_report(run).read_text()
+    assert "Figure 10: trainer vs rollout token probability" in page
