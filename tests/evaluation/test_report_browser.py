@@ -1,9 +1,12 @@
 """The robustness and `alprl eval` reports render in a real browser: headless Chromium loads the page, every embedded
-PNG decodes (naturalWidth > 0), and a screenshot of the page is not blank.
+PNG decodes (naturalWidth > 0), and a screenshot of the page is not blank. The run report (several runs overlaid):
+every figure is there, decodes, is not blank (grey-level variance on a canvas) and the page logs no console error.
 
 Needs the Debian `chromium` package (`apt-get install -y chromium`); skipped with that reason without it.
 """
 
+import html
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -85,3 +88,58 @@ def test_report_screenshot_is_not_blank(tmp_path):
     # come from a decoded image.
     green = (np.abs(pixels - np.array([0x33, 0xAA, 0x77]) / 255) < 12 / 255).all(-1).sum()
     assert non_white > 0.02 and green > 5000, (non_white, green)
+
+
+# Installed first in <head>: records every console error, uncaught exception and failed resource load.
+CONSOLE = """<script>
+window.__errors = [];
+const _error = console.error;
+console.error = (...a) => { window.__errors.push(a.join(' ')); _error(...a); };
+window.addEventListener('error', e => window.__errors.push(String(e.message || (e.target && e.target.src))), true);
+</script>"""
+# After load: per image, whether it decoded and the variance of its grey levels drawn on a canvas (a blank or
+# single-colour PNG has variance 0); with the errors, written into the DOM for --dump-dom.
+PIXELS = """<script>
+window.addEventListener('load', () => {
+  const out = [...document.images].map(img => {
+    const c = document.createElement('canvas');
+    c.width = img.naturalWidth; c.height = img.naturalHeight;
+    if (!img.complete || !c.width) return {alt: img.alt, ok: false, variance: 0};
+    const ctx = c.getContext('2d');
+    ctx.drawImage(img, 0, 0);
+    const d = ctx.getImageData(0, 0, c.width, c.height).data;
+    let s = 0, s2 = 0, n = d.length / 4;
+    for (let i = 0; i < d.length; i += 4) { const g = (d[i] + d[i + 1] + d[i + 2]) / 3; s += g; s2 += g * g; }
+    return {alt: img.alt, ok: true, width: c.width, variance: s2 / n - (s / n) ** 2};
+  });
+  const pre = document.createElement('pre');
+  pre.id = 'check';
+  pre.textContent = JSON.stringify({images: out, errors: window.__errors});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_run_report_figures_load_and_are_not_blank_in_headless_chromium(tmp_path):
+    from report_runs import full_run
+
+    from evaluation.report import write_report
+
+    a, b = full_run(tmp_path / "a"), full_run(tmp_path / "b", spread=0.05, seed=1)
+    page = write_report([a, b]).read_text()
+    checked = tmp_path / "checked.html"
+    checked.write_text(page.replace("<head>", "<head>" + CONSOLE, 1).replace("</body>", PIXELS + "</body>"))
+    dom = _chromium(tmp_path, "--enable-logging=stderr", "--dump-dom", checked.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r"<pre id=\"check\">(.*?)</pre>", dom.stdout, re.S)
+    assert found, dom.stdout[-1000:]
+    result = json.loads(html.unescape(found.group(1)))
+    titles = [img["alt"] for img in result["images"]]
+    for figure in ("Figure 1:", "Figure 2:", "Training dynamics", "Figure 8:", "Figure 10:", "Figure 5:"):
+        assert any(t.startswith(figure) for t in titles), (figure, titles)
+    for img in result["images"]:
+        assert img["ok"] and img["width"] >= 300 and img["variance"] > 50, img  # decoded, a plot, not blank
+    assert result["errors"] == [], result["errors"]
+    # Chromium logs every console message as INFO:CONSOLE; the report itself logs nothing, so any is unexpected
+    console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == [], console
