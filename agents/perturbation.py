@@ -12,7 +12,8 @@ scalar `s_l` per layer. Usage (the only place in alprl that touches hidden state
 
 - Noise `ε_l ~ N(0, I)` of h's shape and dtype, from a `torch.Generator` seeded `seed + l` and re-seeded
   at every layer call (never the global RNG): the same seed gives the same noise, another micro-batch
-  (another seed) different noise.
+  (another seed) different noise. One generator per device is kept and re-seeded before each draw, so ε
+  depends on (seed + l, shape, dtype, device) only, as with a fresh generator per draw.
 - The noise is not stored for backward: a custom autograd function regenerates it from the seed, giving
   `∂L/∂s_l = σ_l·Σ(∂L/∂h̃_l ⊙ ε_l)` exactly (the ALP code micro-checkpoints the injection for the same reason).
 - Checkpointing: in transformers ≥ 5 the checkpointed `forward` runs inside the hooks, so the recompute
@@ -80,8 +81,8 @@ def parse_layers(spec: str | list[int], num_layers: int) -> list[int]:
     return sorted(out)
 
 
-def _noise(like: Tensor, seed: int) -> Tensor:
-    gen = torch.Generator(device=like.device)
+def _noise(like: Tensor, seed: int, gen: torch.Generator) -> Tensor:
+    """ε(seed) of like's shape, dtype and device: `gen` is re-seeded first, so only `seed` decides ε."""
     gen.manual_seed(seed)
     return torch.randn(like.shape, generator=gen, dtype=like.dtype, device=like.device)
 
@@ -90,20 +91,23 @@ class _AddSeededNoise(torch.autograd.Function):
     """h̃ = h + exp(s)·ε(seed); ε is regenerated in backward instead of being saved."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, log_sigma: Tensor, seed: int) -> Tensor:
+    def forward(ctx, h: Tensor, log_sigma: Tensor, seed: int, gen: torch.Generator) -> Tensor:
         sigma = log_sigma.exp()
         ctx.save_for_backward(sigma)
-        ctx.seed = seed
-        return h + sigma.to(h.dtype) * _noise(h, seed)
+        ctx.seed, ctx.gen = seed, gen
+        return torch.addcmul(h, _noise(h, seed, gen), sigma.to(h.dtype))  # one fused kernel, no σ·ε temporary
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
         (sigma,) = ctx.saved_tensors
         grad_s = None
         if ctx.needs_input_grad[1]:
-            eps = _noise(grad_out, ctx.seed)  # same seed, shape, dtype and device: the forward's ε
-            grad_s = (sigma * (grad_out.float() * eps.float()).sum()).to(sigma.dtype)
-        return grad_out, grad_s, None
+            eps = _noise(grad_out, ctx.seed, ctx.gen)  # same seed, shape, dtype and device: the forward's ε
+            g, e = grad_out.reshape(-1), eps.reshape(-1)  # (N·D,)
+            if g.dtype not in (torch.float32, torch.float64):  # accumulate bf16/fp16 products in fp32
+                g, e = g.float(), e.float()
+            grad_s = (sigma * torch.dot(g, e)).to(sigma.dtype)  # σ·Σ(∂L/∂h̃ ⊙ ε), no product tensor
+        return grad_out, grad_s, None, None
 
 
 class LayerwisePerturbation(nn.Module):
@@ -133,7 +137,8 @@ class LayerwisePerturbation(nn.Module):
         else:
             self.register_buffer("log_sigma", init)
         self._active = False
-        self._checked = self._changed = 0
+        self._gens: dict[torch.device, torch.Generator] = {}  # one per device, re-seeded at every draw
+        self._checked, self._changed = 0, 0  # Python int; a device tensor once counted (no host sync per call)
 
     @property
     def learnable(self) -> bool:
@@ -146,12 +151,15 @@ class LayerwisePerturbation(nn.Module):
         return {"params": [self.log_sigma], "lr": lr, "weight_decay": weight_decay, "name": "perturb/log_sigma"}
 
     def _inject(self, h: Tensor, slot: int, seed: int) -> Tensor:
-        out = _AddSeededNoise.apply(h, self.log_sigma[slot].to(h.device), seed)
+        gen = self._gens.get(h.device)
+        if gen is None:
+            gen = self._gens[h.device] = torch.Generator(device=h.device)
+        out = _AddSeededNoise.apply(h, self.log_sigma[slot].to(h.device), seed, gen)
         with torch.no_grad():  # σ0 = 1e-6 under bf16 rounds back to h: count how often it does not
-            flat_h, flat_o = h.detach().reshape(-1), out.detach().reshape(-1)
-            step = max(1, flat_h.numel() // EFFECTIVE_SAMPLE)
-            self._checked += flat_h[::step].numel()
-            self._changed += int((flat_h[::step] != flat_o[::step]).sum())
+            step = max(1, h.numel() // EFFECTIVE_SAMPLE)
+            flat_h, flat_o = h.detach().reshape(-1)[::step], out.detach().reshape(-1)[::step]
+            self._checked += flat_h.numel()
+            self._changed = self._changed + (flat_h != flat_o).sum()  # stays on the device until metrics()
         return out
 
     def _layer_hook(self, slot: int, seed: int):
@@ -200,6 +208,6 @@ class LayerwisePerturbation(nn.Module):
         grad = self.log_sigma.grad if self.learnable else None
         out["perturb/grad_log_sigma_norm"] = grad.norm().item() if grad is not None else 0.0
         if self._checked:
-            out["perturb/effective_frac"] = self._changed / self._checked
-        self._checked = self._changed = 0
+            out["perturb/effective_frac"] = int(self._changed) / self._checked
+        self._checked, self._changed = 0, 0
         return out

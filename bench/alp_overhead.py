@@ -2,10 +2,14 @@
 
 Both steps run the same update (forward, objective, backward, grad clip, AdamW) on identical copies of a
 small Qwen2 model; Seq-ALP adds the layerwise perturbation hooks (one seeded randn per layer per
-micro-batch, regenerated in backward) and the log σ param group. Steps alternate so machine noise hits
-both alike; the median of each is compared. Prints figures only; nothing here is asserted in tests.
+micro-batch, regenerated in backward) and the log σ param group. Steps rotate so machine noise hits
+all arms alike; the medians are compared, and so are the per-step ratios to the bypass step run beside it
+(paired median and IQR: steadier on a shared machine). `--before REV` adds a third arm, agents/perturbation.py
+as it stood at git revision REV, so an optimization is measured before/after in one run. Prints figures
+only; nothing here is asserted in tests.
 
-Usage: python bench/alp_overhead.py [--batch 8] [--response 64] [--hidden 128] [--layers 4] [--steps 10]
+Usage: python bench/alp_overhead.py [--batch 8] [--response 64] [--hidden 128] [--layers 4] [--steps 20]
+       [--before REV]
 """
 
 from __future__ import annotations
@@ -13,8 +17,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import importlib.util
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -45,6 +54,20 @@ def make_batch(model: torch.nn.Module, batch: int, prompt: int, response: int, v
     return b
 
 
+def perturbation_at(rev: str) -> type[LayerwisePerturbation]:
+    """LayerwisePerturbation as agents/perturbation.py stood at git revision `rev` (the "before" arm)."""
+    root = Path(__file__).resolve().parents[1]
+    src = subprocess.run(["git", "show", f"{rev}:agents/perturbation.py"], cwd=root, check=True,
+                         capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "perturbation_before.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"perturbation_{rev}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.LayerwisePerturbation
+
+
 def train_step(model, optimizer, batch: Batch, algo, pert: LayerwisePerturbation | None, step: int,
                micro: int) -> float:
     """One optimizer step over the whole batch in micro-batches; returns seconds."""
@@ -73,34 +96,45 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--micro", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--before", metavar="REV", help="also time agents/perturbation.py at this git revision")
     args = ap.parse_args()
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=1024, hidden_size=args.hidden, num_hidden_layers=args.layers,
                       num_attention_heads=4, num_key_value_heads=2, intermediate_size=4 * args.hidden)
     base = Qwen2ForCausalLM(cfg).train()
     batch = make_batch(base, args.batch, args.prompt, args.response, cfg.vocab_size)
+    arms = [("seq_bypass", "seq_bypass", None), ("seq_alp", "seq_alp", LayerwisePerturbation)]
+    if args.before:
+        arms.append((f"seq_alp@{args.before}", "seq_alp", perturbation_at(args.before)))
     runs = {}
-    for name in ("seq_bypass", "seq_alp"):
-        tc = build_config(None, [f"algorithm={name}", "perturb.sigma_init=0.02"])
+    for name, preset, pert_cls in arms:
+        tc = build_config(None, [f"algorithm={preset}", "perturb.sigma_init=0.02"])
         model = copy.deepcopy(base)
-        pert = LayerwisePerturbation(model, tc.perturb.layers, tc.perturb.sigma_init) if tc.perturb.enabled else None
+        pert = pert_cls(model, tc.perturb.layers, tc.perturb.sigma_init) if tc.perturb.enabled else None
         groups = [{"params": list(model.parameters())}] + ([pert.param_group(tc.perturb.lr)] if pert else [])
         opt = torch.optim.AdamW(groups, lr=1e-5)
         b = copy.copy(batch)
         b.corr_weights, b.corr_keep, _ = prepare_corrections(tc.algo, b)
         runs[name] = (model, opt, b, tc.algo, pert, [])
-    for step in range(args.steps + 2):  # 2 warm-up steps each, then alternate which goes first
-        for name in (list(runs) if step % 2 == 0 else list(runs)[::-1]):
+    for step in range(args.steps + 2):  # 2 warm-up steps each, then rotate which goes first
+        order = list(runs)[step % len(runs):] + list(runs)[:step % len(runs)]
+        for name in order:
             model, opt, b, algo, pert, times = runs[name]
             seconds = train_step(model, opt, b, algo, pert, step, args.micro)
             if step >= 2:
                 times.append(seconds)
-    med = {name: statistics.median(r[-1]) for name, r in runs.items()}
+    bypass = runs["seq_bypass"][-1]
     tokens = int(batch.loss_mask.sum())
-    for name, seconds in med.items():
-        print(f"{name:10s} train step: {seconds * 1000:8.1f} ms  ({tokens / seconds:8.0f} trained tok/s)")
-    print(f"ratio seq_alp / seq_bypass: {med['seq_alp'] / med['seq_bypass']:.3f}  (target <= 1.10)")
+    for name, r in runs.items():
+        seconds = statistics.median(r[-1])
+        print(f"{name:18s} train step: {seconds * 1000:8.1f} ms  ({tokens / seconds:8.0f} trained tok/s)")
+    for name, r in list(runs.items())[1:]:
+        # per-step ratios against the bypass step run next to it: load that drifts over the run cancels
+        paired = sorted(a / b for a, b in zip(r[-1], bypass, strict=True))
+        q1, q3 = paired[len(paired) // 4], paired[(3 * len(paired)) // 4]
+        print(f"ratio {name} / seq_bypass: {statistics.median(r[-1]) / statistics.median(bypass):.3f} of medians, "
+              f"{statistics.median(paired):.3f} paired median (IQR {q1:.3f}-{q3:.3f})  (target <= 1.10)")
 
 
 if __name__ == "__main__":

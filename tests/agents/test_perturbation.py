@@ -244,3 +244,28 @@ def test_param_group_and_validation():
         LayerwisePerturbation(model, sigma_init=0.1, learnable=False).param_group(lr=1e-3)
     with pytest.raises(ValueError, match="sigma_init"):
         LayerwisePerturbation(model, sigma_init=0.0, learnable=True)
+
+
+def test_noise_is_the_seeded_draw_whatever_ran_before():
+    # ε_l is randn from a fresh Generator seeded seed + l: the kept per-device generator is re-seeded before
+    # every draw (never a continuing stream), so another seed in between or a backward changes nothing
+    model = _model(torch.float64)
+    pert = LayerwisePerturbation(model, sigma_init=0.1).double()
+    layers = decoder_layers(model)
+    clean, noisy = {}, {}
+    handles = [layers[i].register_forward_pre_hook(  # registered first: runs before the noise hook, sees h
+        lambda mod, args, i=i: clean.__setitem__(i, args[0].detach().clone())) for i in range(2)]
+    handles += [layers[i].input_layernorm.register_forward_pre_hook(  # inside the layer: sees h̃
+        lambda mod, args, i=i: noisy.setdefault(i, []).append(args[0].detach().clone())) for i in range(2)]
+    for seed in (noise_seed(3), noise_seed(4), noise_seed(3)):
+        with pert.active(seed=seed):
+            _logp(model).mean().backward()
+            if seed == noise_seed(3) and len(noisy[0]) == 1:
+                for i in range(2):
+                    eps = torch.randn(clean[i].shape, generator=torch.Generator().manual_seed(seed + i),
+                                      dtype=torch.float64)
+                    assert torch.allclose(noisy[i][0] - clean[i], pert.sigmas()[i] * eps, rtol=0, atol=1e-12)
+    for handle in handles:
+        handle.remove()
+    for i in range(2):
+        assert torch.equal(noisy[i][0], noisy[i][2]) and not torch.allclose(noisy[i][0], noisy[i][1])
