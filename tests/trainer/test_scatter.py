@@ -45,3 +45,25 @@ def test_pearson_r_undefined_without_spread(tmp_path):
     assert pearson_r(np.array([0.5, 0.5]), np.array([0.1, 0.2])) is None
     assert save_scatter(tmp_path, 1,
                         torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), seed=0, max_points=10) == {}
+
+
+@pytest.mark.smoke
+def test_training_saves_samples_at_first_last_and_every_nth_step_and_the_report_draws_them(tmp_path, sft_dir):
+    from tiny_tir import SMALL
+
+    from evaluation.report import write_report
+    from trainer.config import build_config
+    from trainer.logger import read_metrics
+    from trainer.loop import train
+
+    cfg = build_config(None, SMALL + [f"sft.output_dir={sft_dir}", f"output_dir={tmp_path}", "steps=3",
+                                      "save_every=3", "diagnostics.scatter_every=2"])
+    train(cfg, show_progress=False)
+    saved = sorted(p.name for p in (tmp_path / "diagnostics").iterdir())
+    assert saved == ["scatter_step_1.npz", "scatter_step_2.npz", "scatter_step_3.npz"]
+    sample = np.load(tmp_path / "diagnostics" / "scatter_step_1.npz")
+    assert 0 < len(sample["train_p"]) == len(sample["rollout_p"]) <= 20000
+    assert ((sample["train_p"] >= 0) & (sample["train_p"] <= 1)).all()
+    logged = [r for r in read_metrics(tmp_path) if "diag/scatter_pearson_r" in r]
+    assert [r["step"] for r in logged] == [1, 2, 3] and all(-1 <= r["diag/scatter_pearson_r"] <= 1 for r in logged)
+    assert "<h2>Figure 10: trainer vs rollout" in write_report(tmp_path).read_text()
