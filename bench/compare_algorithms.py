@@ -8,7 +8,8 @@ seed, so the runs see the same tasks; the config's sandbox URL is used, or a loc
 - success: held-out success after the last step (`eval/success`; the SFT start is measured once, step 0 of the
   first run);
 - ratio P98 (mean / max over steps): 98th percentile of the token-level training/inference ratio
-  π_train(θ_old)/μ on sampled tokens (`ratio/mis_token/p98`), the tail the ALP paper tracks;
+  π_train(θ_old)/μ on sampled tokens (`ratio/mis_token/p98`), the rollout–training mismatch r_mis (for ALP the
+  paper tracks the loss ratio π_θ,δ/μ instead: `diag/ratio_loss/p98`, trainer/ratio_diagnostics.py);
 - KL: `rollout_corr/kl`, the sampler → trainer KL estimate on sampled tokens (mean over steps);
 - PPO KL: `actor/ppo_kl`, how far the update moved the policy (mean over steps);
 - min/step: wall time per RL step (MIPU samples validation groups too).

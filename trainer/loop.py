@@ -33,7 +33,9 @@ from trainer.logger import MetricLogger
 from trainer.metrics import mean_of, rollout_metrics
 from trainer.mismatch_metrics import mismatch_diagnostics
 from trainer.objective import prepare_corrections
+from trainer.policy_drift import policy_drift
 from trainer.progress import progress_bar
+from trainer.ratio_diagnostics import diag_suffixes
 from trainer.run_config import eval_settings
 from trainer.scatter import is_scatter_step, save_scatter
 from trainer.tasks import episode_specs, rollout_limits
@@ -70,16 +72,18 @@ def compute_advantages(batch: Batch, cfg: TrainConfig) -> tuple[torch.Tensor, di
 def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str, float]:
     """The mini-batch optimizer steps of one rollout batch (mini-batch k > 0 is off-policy on purpose)."""
     gen = torch.Generator().manual_seed(derive_seed("minibatches", cfg.seed, step))
+    minibatches = minibatch_rows(len(batch), cfg.optim.num_minibatches, gen)
     records = [update_policy(c.model, c.optimizer, batch, rows, algo=cfg.algo,
                              temperature=cfg.rollout.temperature, micro_batch_size=cfg.optim.micro_batch_size,
                              grad_clip=cfg.optim.grad_clip, perturbation=c.perturbation,
                              noise_base=derive_seed("alp-noise", cfg.seed, step, k),
-                             norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens)
-               for k, rows in enumerate(minibatch_rows(len(batch), cfg.optim.num_minibatches, gen))]
+                             norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens,
+                             diagnose=diag_suffixes(k, len(minibatches)))  # Table 5 ratios: first and last
+               for k, rows in enumerate(minibatches)]
     metrics = mean_of(records)
     metrics["actor/grad_norm_nonfinite"] = sum(r["actor/grad_norm_nonfinite"] for r in records)
     metrics["loss/first_minibatch"] = records[0]["loss/policy"]
-    return metrics
+    return metrics | policy_drift(c.model, batch, cfg.algo, cfg.rollout.temperature, cfg.optim.micro_batch_size)
 
 
 def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int) -> StepResult:

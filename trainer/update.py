@@ -19,21 +19,32 @@ from agents.perturbation import LayerwisePerturbation, noise_seed
 from trainer.config import AlgoConfig
 from trainer.logprobs import compute_logprobs
 from trainer.objective import denominators, micro_batch_objective
+from trainer.ratio_diagnostics import RatioProbe
 from trainer.types import Batch
 
 
 @torch.no_grad()
 def old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int) -> torch.Tensor:
     """Trainer log-probs at θ_old for the whole batch, (B, T); same micro-batch composition as updates."""
+    return clean_forward(model, batch, temperature, micro_batch_size)[0]
+
+
+@torch.no_grad()
+def clean_forward(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int,
+                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logp (B, T), entropy (B, T) or None) of the unperturbed model in eval mode, no grad."""
     was_training = model.training
     model.eval()
     out = torch.zeros_like(batch.rollout_logp)
+    ent = torch.zeros_like(batch.rollout_logp) if with_entropy else None
     for rows in _chunks(torch.arange(len(batch)), micro_batch_size, batch):
         sub = batch.select(rows)
-        logp, _ = compute_logprobs(model, sub, temperature)
+        logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=with_entropy)
         out[rows, : logp.shape[1]] = logp
+        if ent is not None:
+            ent[rows, : entropy.shape[1]] = entropy
     model.train(was_training)
-    return out
+    return out, ent
 
 
 def _chunks(rows: torch.Tensor, size: int, batch: Batch) -> list[torch.Tensor]:
@@ -55,11 +66,13 @@ def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Gener
 def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, rows: torch.Tensor, *,
                   algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float,
                   perturbation: LayerwisePerturbation | None = None, noise_base: int = 0,
-                  norm_len: int | None = None) -> dict[str, float]:
+                  norm_len: int | None = None, diagnose: tuple[str, ...] = ()) -> dict[str, float]:
     """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
 
     With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
-    seeded per micro-batch (`noise_base + i`) so recomputation sees the same noise.
+    seeded per micro-batch (`noise_base + i`) so recomputation sees the same noise. `diagnose` holds the key
+    suffixes ("" first mini-batch, "_last" last) under which this mini-batch's Table 5 ratios are logged
+    (`trainer/ratio_diagnostics.py`); perturbed and not the first mini-batch, that costs a no-grad clean forward.
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -67,6 +80,7 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     sums: dict[str, float] = {}
     total_loss = 0.0
     real_tokens = padded_tokens = 0
+    probe = RatioProbe(algo) if diagnose else None
     for i, micro in enumerate(_chunks(rows, micro_batch_size, batch)):
         sub = batch.select(micro)
         real_tokens += int(sub.attention_mask.sum())
@@ -77,6 +91,9 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
             loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs,
                                                   norm_len=norm_len)
             loss.backward()
+        if probe is not None:
+            probe.add(logp, _clean_logp(model, sub, logp, temperature, perturbation is not None, "" in diagnose),
+                      sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbation is not None)
         total_loss += loss.item()
         weight = sub.loss_mask.sum().item() / n_tokens.item()  # token-weighted average of micro metrics
         for key, value in metrics.items():
@@ -94,4 +111,18 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
                 "actor/grad_norm_nonfinite": float(skipped),
                 "perf/real_token_frac": real_tokens / max(padded_tokens, 1)})
     out.update(extra)
+    for suffix in diagnose:
+        out.update(probe.metrics(suffix))
     return out
+
+
+def _clean_logp(model: nn.Module, sub: Batch, logp: torch.Tensor, temperature: float, perturbed: bool,
+                first: bool) -> torch.Tensor:
+    """π_θ without noise on `sub`, (b, T): the update forward itself when unperturbed; on the first mini-batch
+    θ = θ_old, so `old_logp`; otherwise one no-grad forward outside the noise."""
+    if not perturbed:
+        return logp.detach()
+    if first:
+        return sub.old_logp
+    with torch.no_grad():
+        return compute_logprobs(model, sub, temperature)[0]

@@ -182,5 +182,6 @@ def realized_kl_metrics(algo: AlgoConfig, batch: Batch, new_logp: Tensor) -> dic
     w = torch.softmax(log_gw, -1)
     kl = torch.where(valid[has], w * log_gw, torch.zeros_like(w)).sum(-1)  # (Q',)
     out = _quantiles(kl, "quatro/realized_kl")
+    out["quatro/realized_kl"] = kl.mean().item()
     out["quatro/realized_kl_over_delta"] = kl.mean().item() / algo.quatro_delta
     return out

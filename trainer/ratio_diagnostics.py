@@ -1,0 +1,135 @@
+"""The ratios of the ALP paper's Table 5, measured inside the update (reference/algorithms.md §4–§5).
+
+On the sampled tokens (m = 1, finite log-probs) of the first and the last mini-batch of a step:
+
+- `upd` r_upd = π_θ/π_θold, `mis` r_mis = π_θold/μ, `byp` r_byp = π_θ/μ, with π_θ the *clean* policy at the
+  mini-batch's weights: on the first mini-batch θ = θ_old, so π_θ is `old_logp` itself; on a later mini-batch of
+  a perturbed run it costs one extra no-grad forward of that mini-batch (`update_policy`); unperturbed, the
+  update forward is already clean.
+- `loss`: the ratio the loss actually uses, from the update forward (with the noise of that very forward for
+  ALP / SPrPO): its denominator comes from `LOSS_RATIO` (π_θold or μ), its level from the loss
+  (`upd_level`; GSPO: geo, capped above at log 10), clamped at ±20 before exp as the loss does.
+
+Each kind gives `{prefix}/{stat}` for stat ∈ `RATIO_STATS` (quantiles by `torch.quantile`, linear, on all
+tokens of the mini-batch: at most two mini-batches a step, far below its 2^24 limit), `clip_frac` = the
+fraction outside the *loss's* clip band [1 − clip_low, 1 + clip_high] for every kind (the band is defined
+only for the loss ratio; upd/mis/byp are measured against it so they can be compared), and P2/P98 per μ
+probability bin (`DIAG_PROB_BINS`; an empty bin is NaN, which the logger writes as null). Where the loss works
+at sequence level (seq/geo `upd_level`, GSPO), the same statistics of the sequence ratios (`exp S_b` or
+`exp S̄_b`, one per non-empty row) go to `diag/seq_ratio_{kind}{suffix}`.
+
+`perturb/dp/*`: |Δp| = |exp(logp_δ) − exp(logp_clean)| of sampled tokens on the first mini-batch, where the
+clean forward is `old_logp` (θ = θ_old), so no extra forward: P50, P75, P99.
+
+Legend: b rows of a micro-batch, T response positions, N sampled tokens, S non-empty rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from trainer.config import AlgoConfig
+from trainer.losses import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP
+
+DIAG_PROB_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # edges of the μ-probability bins; the last bin includes 1
+RATIO_QUANTILES = {"p2": 0.02, "p25": 0.25, "p50": 0.5, "p75": 0.75, "p98": 0.98}
+RATIO_STATS = (*RATIO_QUANTILES, "min", "max", "clip_frac")
+RATIO_KINDS = ("loss", "upd", "mis", "byp")
+DP_QUANTILES = {"p50": 0.5, "p75": 0.75, "p99": 0.99}
+
+# policy loss → (denominator of its ratio, fixed level or None for algo.upd_level, upper log cap);
+# a test keeps it in step with POLICY_LOSSES and checks it against the mean ratio each loss reports
+LOSS_RATIO: dict[str, tuple[str, str | None, float]] = {
+    "ppo_clip": ("old", None, LOG_RATIO_CLAMP),
+    "bypass": ("rollout", None, LOG_RATIO_CLAMP),
+    "gspo": ("old", "geo", GSPO_LOG_RATIO_MAX),
+    "quatro": ("old", None, LOG_RATIO_CLAMP),
+}
+
+
+def loss_level(algo: AlgoConfig) -> str:
+    """token | seq | geo: the level at which the configured loss forms its ratio."""
+    fixed = LOSS_RATIO[algo.policy_loss][1]
+    return fixed or algo.upd_level
+
+
+def diag_suffixes(k: int, num_minibatches: int) -> tuple[str, ...]:
+    """Key suffixes mini-batch k reports under: "" for the first, "_last" for the last (both when K = 1)."""
+    return (("",) if k == 0 else ()) + (("_last",) if k == num_minibatches - 1 else ())
+
+
+def ratio_stats(log_ratio: Tensor, mu_prob: Tensor | None, *, clip_low: float, clip_high: float,
+                upper: float = LOG_RATIO_CLAMP) -> dict[str, float]:
+    """Quantiles, min, max, out-of-band fraction and (with `mu_prob`) per-bin P2/P98 of r = exp(log_ratio).
+
+    log_ratio: (N,) log-ratios of N tokens or sequences; clamped to [−20, `upper`] before exp. mu_prob: (N,)
+    rollout probabilities μ of the same tokens, for `bin{j}/p2|p98`; None for sequences. Empty → {}.
+    """
+    if log_ratio.numel() == 0:
+        return {}
+    r = log_ratio.double().clamp(-LOG_RATIO_CLAMP, upper).exp()  # (N,)
+    qs = torch.quantile(r, torch.tensor(list(RATIO_QUANTILES.values()), dtype=torch.float64))
+    out = dict(zip(RATIO_QUANTILES, qs.tolist(), strict=True))
+    out |= {"min": r.min().item(), "max": r.max().item(),
+            "clip_frac": ((r < 1 - clip_low) | (r > 1 + clip_high)).double().mean().item()}
+    if mu_prob is not None:
+        edges = DIAG_PROB_BINS
+        for j, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+            inside = (mu_prob >= lo) & ((mu_prob < hi) if j < len(edges) - 2 else (mu_prob <= hi))  # (N,)
+            p2 = p98 = math.nan
+            if inside.any():
+                p2, p98 = torch.quantile(r[inside], torch.tensor([0.02, 0.98], dtype=torch.float64)).tolist()
+            out |= {f"bin{j}/p2": p2, f"bin{j}/p98": p98}
+    return out
+
+
+class RatioProbe:
+    """Collects the four ratios over the micro-batches of one mini-batch, then reduces them to metrics."""
+
+    def __init__(self, algo: AlgoConfig) -> None:
+        self.algo = algo
+        self.level = loss_level(algo)
+        self.tokens: dict[str, list[Tensor]] = {k: [] for k in (*RATIO_KINDS, "mu", "dp")}
+        self.seqs: dict[str, list[Tensor]] = {k: [] for k in RATIO_KINDS}
+
+    def add(self, logp: Tensor, clean_logp: Tensor, old_logp: Tensor, rollout_logp: Tensor,
+            mask: Tensor, *, perturbed: bool) -> None:
+        """One micro-batch, all (b, T): update-forward logp, clean π_θ, π_θold, μ, loss mask."""
+        logp = logp.detach()
+        m = (mask > 0) & torch.isfinite(logp) & torch.isfinite(old_logp) & torch.isfinite(rollout_logp)  # (b, T)
+        denom = old_logp if LOSS_RATIO[self.algo.policy_loss][0] == "old" else rollout_logp
+        deltas = {"loss": logp - denom, "upd": clean_logp - old_logp, "mis": old_logp - rollout_logp,
+                  "byp": clean_logp - rollout_logp}
+        for kind, delta in deltas.items():
+            d = torch.where(m, delta.double(), 0.0)  # (b, T)
+            self.tokens[kind].append(d[m])
+            if self.level != "token":
+                rows = m.sum(-1) > 0  # (b,)
+                seq = d.sum(-1)[rows]  # (S,) S_b
+                self.seqs[kind].append(seq / m.sum(-1)[rows] if self.level == "geo" else seq)
+        self.tokens["mu"].append(rollout_logp.double()[m].exp())
+        if perturbed:
+            self.tokens["dp"].append((logp.double()[m].exp() - clean_logp.double()[m].exp()).abs())
+
+    def metrics(self, suffix: str) -> dict[str, float]:
+        """`diag/ratio_{kind}{suffix}/*`, `diag/seq_ratio_{kind}{suffix}/*`, and on the first mini-batch
+        (suffix "") `perturb/dp/*`."""
+        band = {"clip_low": self.algo.clip_low, "clip_high": self.algo.clip_high}
+        upper = LOSS_RATIO[self.algo.policy_loss][2]
+        mu = torch.cat(self.tokens["mu"])  # (N,)
+        out: dict[str, float] = {}
+        for kind in RATIO_KINDS:
+            cap = upper if kind == "loss" else LOG_RATIO_CLAMP
+            stats = ratio_stats(torch.cat(self.tokens[kind]), mu, upper=cap, **band)
+            out |= {f"diag/ratio_{kind}{suffix}/{k}": v for k, v in stats.items()}
+            if self.seqs[kind]:
+                stats = ratio_stats(torch.cat(self.seqs[kind]), None, upper=cap, **band)
+                out |= {f"diag/seq_ratio_{kind}{suffix}/{k}": v for k, v in stats.items()}
+        dp = torch.cat(self.tokens["dp"]) if self.tokens["dp"] else torch.zeros(0)
+        if suffix == "" and dp.numel():
+            qs = torch.quantile(dp, torch.tensor(list(DP_QUANTILES.values()), dtype=torch.float64))
+            out |= {f"perturb/dp/{k}": v for k, v in zip(DP_QUANTILES, qs.tolist(), strict=True)}
+        return out
