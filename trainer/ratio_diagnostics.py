@@ -11,7 +11,7 @@ On the sampled tokens (m = 1, finite log-probs) of the first and the last mini-b
   (`upd_level`; GSPO: geo, capped above at log 10), clamped at ±20 before exp as the loss does.
 
 Each kind gives `{prefix}/{stat}` for stat ∈ `RATIO_STATS` (quantiles by `torch.quantile`, linear, on all
-tokens of the mini-batch: at most two mini-batches a step, far below its 2^24 limit), `clip_frac` = the
+tokens of the mini-batch: at most two mini-batches a step; every k-th token past its 2^24 limit), `clip_frac` = the
 fraction outside the *loss's* clip band [1 − clip_low, 1 + clip_high] for every kind (the band is defined
 only for the loss ratio; upd/mis/byp are measured against it so they can be compared), and P2/P98 per μ
 probability bin (`DIAG_PROB_BINS`; an empty bin is NaN, which the logger writes as null). Where the loss works
@@ -39,6 +39,7 @@ RATIO_QUANTILES = {"p2": 0.02, "p25": 0.25, "p50": 0.5, "p75": 0.75, "p98": 0.98
 RATIO_STATS = (*RATIO_QUANTILES, "min", "max", "clip_frac")
 RATIO_KINDS = ("loss", "upd", "mis", "byp")
 DP_QUANTILES = {"p50": 0.5, "p75": 0.75, "p99": 0.99}
+QUANTILE_LIMIT = 2**24  # torch.quantile refuses larger inputs (verl PR #3810)
 
 # policy loss → (denominator of its ratio, fixed level or None for algo.upd_level, upper log cap);
 # a test keeps it in step with POLICY_LOSSES and checks it against the mean ratio each loss reports
@@ -61,6 +62,11 @@ def diag_suffixes(k: int, num_minibatches: int) -> tuple[str, ...]:
     return (("",) if k == 0 else ()) + (("_last",) if k == num_minibatches - 1 else ())
 
 
+def _thin(x: Tensor) -> Tensor:
+    """Every k-th element when x has more than `torch.quantile`'s limit of 2^24, else x itself; (N,) → (≤ 2^24,)."""
+    return x if x.numel() <= QUANTILE_LIMIT else x[:: math.ceil(x.numel() / QUANTILE_LIMIT)]
+
+
 def ratio_stats(log_ratio: Tensor, mu_prob: Tensor | None, *, clip_low: float, clip_high: float,
                 upper: float = LOG_RATIO_CLAMP) -> dict[str, float]:
     """Quantiles, min, max, out-of-band fraction and (with `mu_prob`) per-bin P2/P98 of r = exp(log_ratio).
@@ -71,7 +77,7 @@ def ratio_stats(log_ratio: Tensor, mu_prob: Tensor | None, *, clip_low: float, c
     if log_ratio.numel() == 0:
         return {}
     r = log_ratio.double().clamp(-LOG_RATIO_CLAMP, upper).exp()  # (N,)
-    qs = torch.quantile(r, torch.tensor(list(RATIO_QUANTILES.values()), dtype=torch.float64))
+    qs = torch.quantile(_thin(r), torch.tensor(list(RATIO_QUANTILES.values()), dtype=torch.float64))
     out = dict(zip(RATIO_QUANTILES, qs.tolist(), strict=True))
     out |= {"min": r.min().item(), "max": r.max().item(),
             "clip_frac": ((r < 1 - clip_low) | (r > 1 + clip_high)).double().mean().item()}
@@ -81,7 +87,7 @@ def ratio_stats(log_ratio: Tensor, mu_prob: Tensor | None, *, clip_low: float, c
             inside = (mu_prob >= lo) & ((mu_prob < hi) if j < len(edges) - 2 else (mu_prob <= hi))  # (N,)
             p2 = p98 = math.nan
             if inside.any():
-                p2, p98 = torch.quantile(r[inside], torch.tensor([0.02, 0.98], dtype=torch.float64)).tolist()
+                p2, p98 = torch.quantile(_thin(r[inside]), torch.tensor([0.02, 0.98], dtype=torch.float64)).tolist()
             out |= {f"bin{j}/p2": p2, f"bin{j}/p98": p98}
     return out
 
@@ -130,6 +136,6 @@ class RatioProbe:
                 out |= {f"diag/seq_ratio_{kind}{suffix}/{k}": v for k, v in stats.items()}
         dp = torch.cat(self.tokens["dp"]) if self.tokens["dp"] else torch.zeros(0)
         if suffix == "" and dp.numel():
-            qs = torch.quantile(dp, torch.tensor(list(DP_QUANTILES.values()), dtype=torch.float64))
+            qs = torch.quantile(_thin(dp), torch.tensor(list(DP_QUANTILES.values()), dtype=torch.float64))
             out |= {f"perturb/dp/{k}": v for k, v in zip(DP_QUANTILES, qs.tolist(), strict=True)}
         return out

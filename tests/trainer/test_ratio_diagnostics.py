@@ -117,3 +117,13 @@ def test_seq_alp_loss_ratio_equals_r_mis_only_without_noise(tmp_path, sft_dir):
         assert {f"diag/ratio_{k}_last/{s}" for k in RATIO_KINDS for s in RATIO_STATS} <= set(rec)
         assert rec["diag/policy_kl_k3"] >= 0 and math.isfinite(rec["diag/policy_kl_k1"])
         assert rec["diag/entropy"] > 0 and "actor/grad_norm" in rec
+
+
+def test_quantiles_thin_past_the_torch_limit(monkeypatch):
+    import trainer.ratio_diagnostics as rd
+
+    monkeypatch.setattr(rd, "QUANTILE_LIMIT", 4)
+    x = torch.arange(10.0)
+    assert rd._thin(x).tolist() == [0.0, 3.0, 6.0, 9.0]  # every ceil(10 / 4) = 3rd element
+    out = rd.ratio_stats(torch.zeros(10), None, clip_low=0.2, clip_high=0.28)
+    assert out["p50"] == 1.0 and out["clip_frac"] == 0.0  # min, max and clip_frac still see every token
