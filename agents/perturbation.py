@@ -14,8 +14,10 @@ scalar `s_l` per layer. Usage (the only place in alprl that touches hidden state
   at every layer call (never the global RNG): the same seed gives the same noise, another micro-batch
   (another seed) different noise. One generator per device is kept and re-seeded before each draw, so ε
   depends on (seed + l, shape, dtype, device) only, as with a fresh generator per draw.
-- The noise is not stored for backward: a custom autograd function regenerates it from the seed, giving
-  `∂L/∂s_l = σ_l·Σ(∂L/∂h̃_l ⊙ ε_l)` exactly (the ALP code micro-checkpoints the injection for the same reason).
+- On accelerators the noise is not stored for backward: a custom autograd function regenerates it from the
+  seed, giving `∂L/∂s_l = σ_l·Σ(∂L/∂h̃_l ⊙ ε_l)` exactly (the ALP code micro-checkpoints the injection for
+  the same reason). On CPU ε is kept instead (one (N, D) tensor per layer): there the serial mt19937 draw,
+  not memory, is the cost (bench/alp_overhead.py), and the regenerated ε would be the same tensor.
 - Checkpointing: in transformers ≥ 5 the checkpointed `forward` runs inside the hooks, so the recompute
   reuses h̃; older versions re-run the hook, which re-seeds and redraws identical noise. Either way run
   `backward()` inside `active()` so a re-run hook is still attached.
@@ -88,21 +90,28 @@ def _noise(like: Tensor, seed: int, gen: torch.Generator) -> Tensor:
 
 
 class _AddSeededNoise(torch.autograd.Function):
-    """h̃ = h + exp(s)·ε(seed); ε is regenerated in backward instead of being saved."""
+    """h̃ = h + exp(s)·ε(seed); on accelerators ε is regenerated in backward instead of being saved.
+
+    On CPU the mt19937 draw (~5 ns an element, serial) costs more than keeping ε, so ε is saved there: the
+    regenerated ε would be the same tensor, so the gradient is the same either way.
+    """
 
     @staticmethod
     def forward(ctx, h: Tensor, log_sigma: Tensor, seed: int, gen: torch.Generator) -> Tensor:
         sigma = log_sigma.exp()
-        ctx.save_for_backward(sigma)
+        eps = _noise(h, seed, gen)
+        keep = h.device.type == "cpu" and ctx.needs_input_grad[1]
+        ctx.save_for_backward(sigma, eps if keep else None)
         ctx.seed, ctx.gen = seed, gen
-        return torch.addcmul(h, _noise(h, seed, gen), sigma.to(h.dtype))  # one fused kernel, no σ·ε temporary
+        return torch.addcmul(h, eps, sigma.to(h.dtype))  # one fused kernel, no σ·ε temporary
 
     @staticmethod
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
-        (sigma,) = ctx.saved_tensors
+        sigma, eps = ctx.saved_tensors
         grad_s = None
         if ctx.needs_input_grad[1]:
-            eps = _noise(grad_out, ctx.seed, ctx.gen)  # same seed, shape, dtype and device: the forward's ε
+            if eps is None:
+                eps = _noise(grad_out, ctx.seed, ctx.gen)  # same seed, shape, dtype and device: the forward's ε
             g, e = grad_out.reshape(-1), eps.reshape(-1)  # (N·D,)
             if g.dtype not in (torch.float32, torch.float64):  # accumulate bf16/fp16 products in fp32
                 g, e = g.float(), e.float()
@@ -157,9 +166,9 @@ class LayerwisePerturbation(nn.Module):
         out = _AddSeededNoise.apply(h, self.log_sigma[slot].to(h.device), seed, gen)
         with torch.no_grad():  # σ0 = 1e-6 under bf16 rounds back to h: count how often it does not
             step = max(1, h.numel() // EFFECTIVE_SAMPLE)
-            flat_h, flat_o = h.detach().reshape(-1)[::step], out.detach().reshape(-1)[::step]
+            flat_h = h.reshape(-1)[::step]  # (≤ EFFECTIVE_SAMPLE,)
             self._checked += flat_h.numel()
-            self._changed = self._changed + (flat_h != flat_o).sum()  # stays on the device until metrics()
+            self._changed = self._changed + flat_h.ne(out.reshape(-1)[::step]).sum()  # on the device until metrics()
         return out
 
     def _layer_hook(self, slot: int, seed: int):

@@ -269,3 +269,34 @@ def test_noise_is_the_seeded_draw_whatever_ran_before():
         handle.remove()
     for i in range(2):
         assert torch.equal(noisy[i][0], noisy[i][2]) and not torch.allclose(noisy[i][0], noisy[i][1])
+
+
+def test_kept_noise_on_cpu_gives_the_regenerated_gradient(monkeypatch):
+    # CPU keeps ε for backward, accelerators redraw it: both paths give the same ∂L/∂s (and the same logits)
+    import agents.perturbation as module
+
+    draws = []
+    real = module._noise
+    monkeypatch.setattr(module, "_noise", lambda like, seed, gen: draws.append(seed) or real(like, seed, gen))
+    model = _model(torch.float64)
+    pert = LayerwisePerturbation(model, sigma_init=0.05).double()
+    with pert.active(seed=9):
+        _logp(model).mean().backward()
+    kept, grad_kept = len(draws), pert.log_sigma.grad.clone()
+    assert kept == 2  # one draw per layer: the backward did not redraw
+
+    keep = module._AddSeededNoise
+
+    class Redraw(keep):  # the accelerator path, forced on CPU
+        @staticmethod
+        def forward(ctx, h, log_sigma, seed, gen):
+            out = keep.forward(ctx, h, log_sigma, seed, gen)
+            ctx.save_for_backward(log_sigma.exp(), None)
+            return out
+
+    monkeypatch.setattr(module, "_AddSeededNoise", Redraw)
+    pert.log_sigma.grad = None
+    with pert.active(seed=9):
+        _logp(model).mean().backward()
+    assert len(draws) == kept + 4  # forward and backward draw for each layer
+    assert torch.allclose(pert.log_sigma.grad, grad_kept, rtol=1e-12, atol=0)
