@@ -19,7 +19,10 @@ at sequence level (seq/geo `upd_level`, GSPO), the same statistics of the sequen
 `exp S̄_b`, one per non-empty row) go to `diag/seq_ratio_{kind}{suffix}`.
 
 `perturb/dp/*`: |Δp| = |exp(logp_δ) − exp(logp_clean)| of sampled tokens on the first mini-batch, where the
-clean forward is `old_logp` (θ = θ_old), so no extra forward: P50, P75, P99.
+clean forward is `old_logp` (θ = θ_old), so no extra forward: P50, P75, P99. Per layer group
+(`layer_group_prob_shift`, at most `DP_LAYER_GROUPS` groups of consecutive perturbed layers, named by their first
+layer): `perturb/dp/layer{i}/p75` with only that group's noise (same σ, same ε), on the first micro-batch of the
+first mini-batch, at one no-grad forward of that micro-batch per group.
 
 Legend: b rows of a micro-batch, T response positions, N sampled tokens, S non-empty rows.
 """
@@ -31,14 +34,18 @@ import math
 import torch
 from torch import Tensor
 
+from agents.perturbation import LayerwisePerturbation
 from trainer.config import AlgoConfig
+from trainer.logprobs import compute_logprobs
 from trainer.losses import GSPO_LOG_RATIO_MAX, LOG_RATIO_CLAMP
+from trainer.types import Batch
 
 DIAG_PROB_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # edges of the μ-probability bins; the last bin includes 1
 RATIO_QUANTILES = {"p2": 0.02, "p25": 0.25, "p50": 0.5, "p75": 0.75, "p98": 0.98}
 RATIO_STATS = (*RATIO_QUANTILES, "min", "max", "clip_frac")
 RATIO_KINDS = ("loss", "upd", "mis", "byp")
 DP_QUANTILES = {"p50": 0.5, "p75": 0.75, "p99": 0.99}
+DP_LAYER_GROUPS = 4  # |Δp| per group of consecutive perturbed layers: one no-grad forward of a micro-batch each
 QUANTILE_LIMIT = 2**24  # torch.quantile refuses larger inputs (verl PR #3810)
 
 # policy loss → (denominator of its ratio, fixed level or None for algo.upd_level, upper log cap);
@@ -100,6 +107,7 @@ class RatioProbe:
         self.level = loss_level(algo)
         self.tokens: dict[str, list[Tensor]] = {k: [] for k in (*RATIO_KINDS, "mu", "dp")}
         self.seqs: dict[str, list[Tensor]] = {k: [] for k in RATIO_KINDS}
+        self.extra: dict[str, float] = {}  # first mini-batch only: `layer_group_prob_shift`
 
     def add(self, logp: Tensor, clean_logp: Tensor, old_logp: Tensor, rollout_logp: Tensor,
             mask: Tensor, *, perturbed: bool) -> None:
@@ -122,7 +130,7 @@ class RatioProbe:
 
     def metrics(self, suffix: str) -> dict[str, float]:
         """`diag/ratio_{kind}{suffix}/*`, `diag/seq_ratio_{kind}{suffix}/*`, and on the first mini-batch
-        (suffix "") `perturb/dp/*`."""
+        (suffix "") `perturb/dp/*` and `extra`."""
         band = {"clip_low": self.algo.clip_low, "clip_high": self.algo.clip_high}
         upper = LOSS_RATIO[self.algo.policy_loss][2]
         mu = torch.cat(self.tokens["mu"])  # (N,)
@@ -138,4 +146,31 @@ class RatioProbe:
         if suffix == "" and dp.numel():
             qs = torch.quantile(_thin(dp), torch.tensor(list(DP_QUANTILES.values()), dtype=torch.float64))
             out |= {f"perturb/dp/{k}": v for k, v in zip(DP_QUANTILES, qs.tolist(), strict=True)}
-        return out
+        return out | (self.extra if suffix == "" else {})
+
+
+@torch.no_grad()
+def layer_group_prob_shift(model: torch.nn.Module, sub: Batch, perturbation: LayerwisePerturbation, seed: int,
+                           temperature: float) -> dict[str, float]:
+    """`perturb/dp/layer{i}/p75`: |exp(logp with group i's noise alone) − exp(old_logp)| at θ = θ_old.
+
+    `sub` (b, T) must be a micro-batch of the first mini-batch (θ = θ_old, so `old_logp` is the clean forward);
+    `seed` is the seed its update forward used, so each layer draws the ε it drew there.
+    """
+    ids = perturbation.layer_ids
+    if not ids:  # logits-only: one σ, the overall |Δp| is already its own
+        return {}
+    groups = [g.tolist() for g in torch.tensor(ids).tensor_split(min(DP_LAYER_GROUPS, len(ids)))]
+    m = (sub.loss_mask > 0) & torch.isfinite(sub.old_logp)  # (b, T)
+    out: dict[str, float] = {}
+    start = 0  # slot of the group's first layer in log σ (layer_ids are sorted, so groups are consecutive slots)
+    for group in groups:
+        probe = LayerwisePerturbation(model, group, sigma_init=0.0, learnable=False)
+        probe.log_sigma.copy_(perturbation.log_sigma.detach()[start: start + len(group)])  # (len(group),)
+        start += len(group)
+        with probe.active(seed=seed):
+            logp, _ = compute_logprobs(model, sub, temperature)  # (b, T)
+        dp = (logp.double()[m].exp() - sub.old_logp.double()[m].exp()).abs()
+        if dp.numel():
+            out[f"perturb/dp/layer{group[0]}/p75"] = torch.quantile(_thin(dp), 0.75).item()
+    return out

@@ -19,7 +19,7 @@ from agents.perturbation import LayerwisePerturbation, noise_seed
 from trainer.config import AlgoConfig
 from trainer.logprobs import compute_logprobs
 from trainer.objective import denominators, micro_batch_objective
-from trainer.ratio_diagnostics import RatioProbe
+from trainer.ratio_diagnostics import RatioProbe, layer_group_prob_shift
 from trainer.types import Batch
 
 
@@ -72,7 +72,8 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
     seeded per micro-batch (`noise_base + i`) so recomputation sees the same noise. `diagnose` holds the key
     suffixes ("" first mini-batch, "_last" last) under which this mini-batch's Table 5 ratios are logged
-    (`trainer/ratio_diagnostics.py`); perturbed and not the first mini-batch, that costs a no-grad clean forward.
+    (`trainer/ratio_diagnostics.py`); perturbed, that costs a no-grad clean forward per micro-batch of the last
+    mini-batch and one forward of the first micro-batch per layer group (|Δp| per group).
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -91,6 +92,8 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
             loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs,
                                                   norm_len=norm_len)
             loss.backward()
+        if probe is not None and perturbation is not None and i == 0 and "" in diagnose:
+            probe.extra |= layer_group_prob_shift(model, sub, perturbation, noise_seed(noise_base), temperature)
         if probe is not None:
             probe.add(logp, _clean_logp(model, sub, logp, temperature, perturbation is not None, "" in diagnose),
                       sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbation is not None)

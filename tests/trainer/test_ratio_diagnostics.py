@@ -108,10 +108,12 @@ def test_seq_alp_loss_ratio_equals_r_mis_only_without_noise(tmp_path, sft_dir):
                 a, b = rec[f"diag/ratio_loss/bin{j}/{q}"], rec[f"diag/ratio_mis/bin{j}/{q}"]
                 assert (a is None and b is None) or a == pytest.approx(b, rel=1e-4)
         assert rec["perturb/sigma/layer_0"] == 0.0 and rec["perturb/dp/p99"] < 1e-4  # no noise: no shift
+        assert rec["perturb/dp/layer0/p75"] < 1e-4 and rec["perturb/dp/layer1/p75"] < 1e-4
     for rec in noisy:
         assert any(abs(rec[f"diag/ratio_loss/{q}"] - rec[f"diag/ratio_mis/{q}"]) > 1e-3 for q in quantiles)
         assert rec["perturb/dp/p50"] <= rec["perturb/dp/p75"] <= rec["perturb/dp/p99"] and rec["perturb/dp/p99"] > 0
         assert rec["perturb/sigma/layer_0"] > 0 and rec["perturb/sigma/layer_1"] > 0
+        assert 0 < rec["perturb/dp/layer0/p75"] and 0 < rec["perturb/dp/layer1/p75"]  # each layer's noise alone
         assert rec["diag/ratio_upd/p50"] == pytest.approx(1.0)  # first mini-batch: clean π_θ = π_θold
     for rec in clean + noisy:
         assert {f"diag/ratio_{k}_last/{s}" for k in RATIO_KINDS for s in RATIO_STATS} <= set(rec)
