@@ -75,8 +75,7 @@ class EngineCoreWatch:
             ended = connection.wait(list(sentinels), timeout=0.5)
             if ended and not self._stopped.is_set():
                 proc = sentinels[ended[0]]
-                proc.join(timeout=1.0)  # reap it, so its exit code is known
-                self._on_death(EngineDied(describe_exit("vLLM engine core", proc.pid, proc.exitcode)))
+                self._on_death(EngineDied(describe_exit("vLLM engine core", proc.pid, _exit_status(proc))))
                 return
 
     def stop(self) -> None:
@@ -104,6 +103,16 @@ class EngineCoreWatch:
         for proc in self.processes:
             proc.join(timeout=1.0)  # reap the engine cores (our children)
         return signalled
+
+
+def _exit_status(proc: Any, wait_s: float = 3.0) -> int | None:
+    """The exit code of an ended process. Its sentinel closes a moment before it can be reaped, and another thread
+    (vLLM's own monitor) may reap it first and record the status a moment later: poll until it is known."""
+    proc.join(timeout=1.0)
+    deadline = time.monotonic() + wait_s
+    while proc.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.exitcode
 
 
 def _descendants(pids: list[int]) -> list[Any]:
