@@ -27,6 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from agents.models import save_pretrained
 from trainer.config import TrainConfig
 from trainer.run_config import write_run_config
+from trainer.run_meta import write_run_meta
 
 STATE_FILE = "trainer_state.pt"
 FULL_BYTES = 2**20  # a write fails on a full disk with at most a few blocks left free
@@ -50,9 +51,9 @@ class DiskFullError(OSError):
 
 def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                     optimizer: torch.optim.Optimizer, extra: dict[str, Any] | None = None, keep: int = 3,
-                    run_config: TrainConfig | None = None) -> Path:
-    """Write step `step` atomically (tmp dir + rename), update `latest`, keep the newest `keep`; `run_config` is
-    saved beside the weights."""
+                    run_config: TrainConfig | None = None, run_meta: dict[str, Any] | None = None) -> Path:
+    """Write step `step` atomically (tmp dir + rename), update `latest`, keep the newest `keep`; `run_config` and
+    `run_meta` (the dataset fingerprints, trainer/run_meta.py) are saved beside the weights."""
     root = checkpoint_dir(run_dir)
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}"
@@ -72,6 +73,8 @@ def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, toke
         save_pretrained(model, tokenizer, tmp)
         if run_config is not None:
             write_run_config(tmp, run_config)
+        if run_meta is not None:
+            write_run_meta(tmp, run_meta)
         torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": _rng_state(), "extra": extra or {}},
                    tmp / STATE_FILE)
         shutil.rmtree(final, ignore_errors=True)

@@ -37,6 +37,7 @@ from trainer.policy_drift import policy_drift
 from trainer.progress import progress_bar
 from trainer.ratio_diagnostics import diag_suffixes
 from trainer.run_config import eval_settings
+from trainer.run_meta import start_run_meta
 from trainer.scatter import is_scatter_step, save_scatter
 from trainer.tasks import episode_specs, rollout_limits
 from trainer.types import Batch, collate
@@ -155,7 +156,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     c = build_components(cfg, init_from=str(ckpt) if ckpt else None)
     algos = AlgorithmState()
     start = load_extra_state(c, algos, load_trainer_state(ckpt, c.optimizer)) if ckpt else 0
-    logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb, config=to_dict(cfg))
+    run_meta = start_run_meta(run_dir, cfg, resuming=ckpt is not None)  # the dataset files' fingerprints
+    logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb,
+                          config=to_dict(cfg) | {"run_meta": run_meta})
     results = []
     try:
         if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
@@ -169,7 +172,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
                 results.append(result)
                 if step % cfg.save_every == 0 or step == cfg.steps:
                     save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer, extra=extra_state(c, algos),
-                                    run_config=cfg)
+                                    run_config=cfg, run_meta=run_meta)
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
     finally:
         logger.close()

@@ -8,7 +8,9 @@ import json
 import pytest
 from tiny_tir import SMALL
 
+from envs.datasets import fingerprint
 from trainer.cli import main
+from trainer.run_meta import RUN_META_FILE, read_run_meta
 
 pytestmark = pytest.mark.smoke
 
@@ -39,6 +41,11 @@ def test_train_runs_the_tiny_tir_recipe_on_a_dataset_file(tmp_path, sft_dir, cap
     assert all(k in records[-1] for k in ("rollout/reward", "loss/policy", "eval/success"))
     assert [r["task_id"] for r in evaluated] == ["arith:test/arithmetic/0.json", "arith:test/arithmetic/1.json"]
     assert {r["task_type"] for r in evaluated} == {"math500"}
+    # The bytes it trained on are named in the run's metadata and in the checkpoint's.
+    for where in (tmp_path / "run", tmp_path / "run" / "checkpoints" / "step_2"):
+        meta = read_run_meta(where)
+        assert meta is not None, f"no {RUN_META_FILE} in {where}"
+        assert meta["datasets"] == {"env.dataset": {"path": str(data.resolve()), "sha256_16": fingerprint(data)}}
 
 
 def test_train_runs_single_turn_math_from_a_model(tmp_path, sft_dir, capsys):
@@ -47,3 +54,18 @@ def test_train_runs_single_turn_math_from_a_model(tmp_path, sft_dir, capsys):
                                 f"env.dataset={data}", "env.dataset_split_field=split")
     assert [r["step"] for r in records] == [1, 2] and "rollout/reward" in records[-1]
     assert records[-1]["rollout/turns"] == 1.0 and all(r["tool_calls"] == 0 for r in evaluated)
+
+
+def test_a_resumed_run_warns_when_its_dataset_file_changed(tmp_path, sft_dir, capsys, caplog):
+    data = write_math500(tmp_path / "arith.jsonl", 10)
+    run = tmp_path / "run"
+    _train(run, sft_dir, capsys, f"env.dataset={data}", "env.dataset_split_field=split")
+    began = read_run_meta(run)["datasets"]["env.dataset"]["sha256_16"]
+    write_math500(data, 12)  # edited after the run began
+    code = main(["train", "--no-progress", "--resume", *SMALL, f"sft.output_dir={sft_dir}", f"output_dir={run}",
+                 "steps=3", "save_every=3", "eval_tasks=0", f"env.dataset={data}", "env.dataset_split_field=split"])
+    assert code == 0, capsys.readouterr().err
+    assert read_run_meta(run)["datasets"]["env.dataset"]["sha256_16"] == began  # what the run began on
+    assert read_run_meta(run / "checkpoints" / "step_3")["datasets"]["env.dataset"]["sha256_16"] == began
+    warned = [r.getMessage() for r in caplog.records if "changed since this run began" in r.getMessage()]
+    assert warned and began in warned[0] and fingerprint(data) in warned[0]
