@@ -38,7 +38,7 @@ from trainer.progress import progress_bar
 from trainer.ratio_diagnostics import diag_suffixes
 from trainer.run_config import eval_settings
 from trainer.run_meta import start_run_meta
-from trainer.scatter import is_scatter_step, save_scatter
+from trainer.scatter import is_periodic_step, save_scatter
 from trainer.tasks import episode_specs, rollout_limits
 from trainer.types import Batch, collate
 from trainer.update import minibatch_rows, old_logprobs, update_policy
@@ -70,25 +70,37 @@ def compute_advantages(batch: Batch, cfg: TrainConfig) -> tuple[torch.Tensor, di
     return broadcast_advantages(adv, batch.loss_mask), metrics
 
 
+def diagnostic_step(cfg: TrainConfig, step: int) -> bool:
+    """Whether `step` runs the diagnostics that cost extra forwards (`diagnostics.every`)."""
+    return cfg.diagnostics.every > 0 and is_periodic_step(step, cfg.diagnostics.every, 1, cfg.steps)
+
+
 def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str, float]:
     """The mini-batch optimizer steps of one rollout batch (mini-batch k > 0 is off-policy on purpose)."""
     gen = torch.Generator().manual_seed(derive_seed("minibatches", cfg.seed, step))
     minibatches = minibatch_rows(len(batch), cfg.optim.num_minibatches, gen)
+    diagnose = diagnostic_step(cfg, step)
     records = [update_policy(c.model, c.optimizer, batch, rows, algo=cfg.algo,
                              temperature=cfg.rollout.temperature, micro_batch_size=cfg.optim.micro_batch_size,
                              grad_clip=cfg.optim.grad_clip, perturbation=c.perturbation,
                              noise_base=derive_seed("alp-noise", cfg.seed, step, k),
                              norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens,
-                             diagnose=diag_suffixes(k, len(minibatches)))  # Table 5 ratios: first and last
+                             diagnose=diag_suffixes(k, len(minibatches)) if diagnose else ())  # Table 5: first, last
                for k, rows in enumerate(minibatches)]
     metrics = mean_of(records)
     metrics["actor/grad_norm_nonfinite"] = sum(r["actor/grad_norm_nonfinite"] for r in records)
     metrics["loss/first_minibatch"] = records[0]["loss/policy"]
-    return metrics | policy_drift(c.model, batch, cfg.algo, cfg.rollout.temperature, cfg.optim.micro_batch_size)
+    if diagnose:
+        metrics |= policy_drift(c.model, batch, cfg.algo, cfg.rollout.temperature, cfg.optim.micro_batch_size)
+    return metrics
 
 
 def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int) -> StepResult:
-    trajs = collect_rollouts(c, cfg, step)
+    return learn(c, cfg, algos, collect_rollouts(c, cfg, step), step)
+
+
+def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int) -> StepResult:
+    """Everything of a step after its rollouts: advantages, θ_old log-probs, corrections, the update, weight sync."""
     batch = collate(trajs, c.tokenizer.pad_token_id)
     metrics = rollout_metrics(trajs)
     batch.advantages, adv_metrics = compute_advantages(batch, cfg)
@@ -102,7 +114,7 @@ def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int
     if cfg.perturb.sprpo_adaptive:  # SPrPO: σ per layer from a sensitivity probe (every sprpo_every steps)
         metrics |= algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step)
     metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
-    if is_scatter_step(step, cfg.diagnostics.scatter_every, 1, cfg.steps):  # Fig. 10's (π_train, μ) sample
+    if is_periodic_step(step, cfg.diagnostics.scatter_every, 1, cfg.steps):  # Fig. 10's (π_train, μ) sample
         metrics |= save_scatter(cfg.output_dir, step, batch.old_logp, batch.rollout_logp, batch.loss_mask,
                                 seed=cfg.seed, max_points=cfg.diagnostics.scatter_points)
     snapshot = candidate_snapshot(c) if cfg.algo.mipu_screen else None

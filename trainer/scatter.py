@@ -1,6 +1,6 @@
 """Scatter samples of trainer vs rollout token probabilities (ALP paper Fig. 10).
 
-On the steps `is_scatter_step` picks (every `diagnostics.scatter_every` steps, the first and the last), a fixed-size
+On the steps `is_periodic_step` picks (every `diagnostics.scatter_every` steps, the first and the last), a fixed-size
 seeded sample of the sampled tokens' (π_train(θ_old), μ) probabilities is written to
 `<run>/diagnostics/scatter_step_<k>.npz` (arrays `train_p`, `rollout_p`, float32, same length ≤ `scatter_points`)
 and its Pearson r is logged as `diag/scatter_pearson_r`. The sample, not the whole batch, is kept so a run's
@@ -18,7 +18,7 @@ import torch
 from envs.splits import derive_seed
 
 
-def is_scatter_step(step: int, every: int, first: int, last: int) -> bool:
+def is_periodic_step(step: int, every: int, first: int, last: int) -> bool:
     """The first and last step always; every `every`-th step in between (every = 0: only those two)."""
     return step in (first, last) or (every > 0 and step % every == 0)
 

@@ -121,6 +121,20 @@ def test_seq_alp_loss_ratio_equals_r_mis_only_without_noise(tmp_path, sft_dir):
         assert rec["diag/entropy"] > 0 and "actor/grad_norm" in rec
 
 
+@pytest.mark.smoke
+def test_diagnostics_every_spaces_out_the_extra_forwards(tmp_path, sft_dir):
+    cfg = build_config(None, SMALL + [f"sft.output_dir={sft_dir}", f"output_dir={tmp_path}", "steps=4",
+                                      "algorithm=seq_alp", "perturb.sigma_init=0.05", "diagnostics.every=3"])
+    train(cfg, show_progress=False)
+    records = {r["step"]: r for r in read_metrics(tmp_path)}
+    costly = ("diag/ratio_loss/p98", "diag/ratio_mis_last/p2", "diag/policy_kl_k3", "diag/entropy",
+              "perturb/dp/layer0/p75")
+    for step in (1, 3, 4):  # every 3rd, the first and the last
+        assert all(k in records[step] for k in costly), step
+    assert not any(k in records[2] for k in costly)
+    assert "perturb/sigma/layer_0" in records[2] and "ratio/mis_token/ess_kish" in records[2]  # free ones stay
+
+
 def test_quantiles_thin_past_the_torch_limit(monkeypatch):
     import trainer.ratio_diagnostics as rd
 

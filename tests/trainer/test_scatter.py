@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.scatter import is_scatter_step, pearson_r, save_scatter, scatter_sample
+from trainer.scatter import is_periodic_step, pearson_r, save_scatter, scatter_sample
 
 
 def test_scatter_steps_are_first_last_and_every_nth():
-    assert [s for s in range(1, 26) if is_scatter_step(s, 10, 1, 25)] == [1, 10, 20, 25]
-    assert [s for s in range(1, 26) if is_scatter_step(s, 0, 1, 25)] == [1, 25]
+    assert [s for s in range(1, 26) if is_periodic_step(s, 10, 1, 25)] == [1, 10, 20, 25]
+    assert [s for s in range(1, 26) if is_periodic_step(s, 0, 1, 25)] == [1, 25]
 
 
 def test_sample_keeps_masked_finite_tokens_only():
