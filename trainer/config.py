@@ -302,12 +302,15 @@ class SFTConfig:
 
 @dataclass
 class DiagnosticsConfig:
-    every: int = 1
-    """Steps between the diagnostics that cost extra forwards, also run at the first and last step (0: never):
-    the Table 5 ratios inside the update (`diag/ratio_*`; a clean no-grad forward per micro-batch of the last
-    mini-batch under ALP/SPrPO), ALP's |Δp| per layer group (`perturb/dp/*`, a forward per group on one micro-batch)
-    and the after-update policy KL, entropy and QUATRO realized KL (`diag/policy_kl_*`, one forward of the batch).
-    bench/diagnostics_overhead.py measures what they cost."""
+    every: int = 10
+    """Steps between the diagnostics that cost extra no-grad forwards, which also run at the first and last step
+    (0: never): ALP's |Δp| per layer group (`perturb/dp/layer*`), r_upd and r_byp of the last mini-batch under
+    ALP/SPrPO (`diag/ratio_{upd,byp}_last/*`) and the after-update policy KL, entropy and QUATRO realized KL
+    (`diag/policy_kl_*`, `diag/entropy`, `quatro/realized_kl*`). The other Table 5 ratios come from the update
+    forward itself and are logged every step. bench/diagnostics_overhead.py measures the cost."""
+    rows: int = 16
+    """Rows of the |Δp|-per-group and after-update forwards: whole GRPO groups, evenly spaced over the batch
+    (0: every row). Their quantiles and KL estimates are over that sample."""
     scatter_every: int = 10
     """Save a sample of (π_train(θ_old), μ) token probabilities to `<run>/diagnostics/scatter_step_<k>.npz` every
     N steps and at the first and last step (0: only those two); the report draws them (ALP paper Fig. 10)."""

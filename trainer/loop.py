@@ -85,13 +85,15 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
                              grad_clip=cfg.optim.grad_clip, perturbation=c.perturbation,
                              noise_base=derive_seed("alp-noise", cfg.seed, step, k),
                              norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens,
-                             diagnose=diag_suffixes(k, len(minibatches)) if diagnose else ())  # Table 5: first, last
+                             diagnose=diag_suffixes(k, len(minibatches)),  # Table 5 ratios: first and last
+                             extra_forwards=diagnose, diag_rows=cfg.diagnostics.rows)
                for k, rows in enumerate(minibatches)]
     metrics = mean_of(records)
     metrics["actor/grad_norm_nonfinite"] = sum(r["actor/grad_norm_nonfinite"] for r in records)
     metrics["loss/first_minibatch"] = records[0]["loss/policy"]
     if diagnose:
-        metrics |= policy_drift(c.model, batch, cfg.algo, cfg.rollout.temperature, cfg.optim.micro_batch_size)
+        metrics |= policy_drift(c.model, batch, cfg.algo, cfg.rollout.temperature, cfg.optim.micro_batch_size,
+                                max_rows=cfg.diagnostics.rows)
     return metrics
 
 

@@ -1,7 +1,8 @@
 """How far one rollout batch's mini-batch steps moved the policy, measured after the last of them.
 
-One no-grad forward of the whole batch at the updated weights, clean (no perturbation) and in eval mode like the
-old-log-prob pass, so that π_θ and π_θold differ only by the update:
+One no-grad forward at the updated weights of `diagnostics.rows` rows (whole groups, evenly spaced over the
+batch), clean (no perturbation) and in eval mode like the old-log-prob pass, so that π_θ and π_θold differ only
+by the update:
 
 - `diag/policy_kl_k1`, `diag/policy_kl_k3`: KL(π_θold ‖ π_θ) on the sampled tokens, whose samples come from
   μ ≈ π_θold; with r = π_θ/π_θold, k1 = mean(−log r) and k3 = mean(r − 1 − log r) (unbiased, k3 ≥ 0;
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 from trainer.algorithms.quatro import realized_kl_metrics
 from trainer.config import AlgoConfig
 from trainer.losses import LOG_RATIO_CLAMP
+from trainer.ratio_diagnostics import group_sample
 from trainer.types import Batch
 from trainer.update import clean_forward
 
@@ -37,10 +39,14 @@ def policy_kl(new_logp: Tensor, old_logp: Tensor, mask: Tensor) -> dict[str, flo
             "diag/policy_kl_k3": (log_r.exp() - 1 - log_r).mean().item()}
 
 
-def policy_drift(model: nn.Module, batch: Batch, algo: AlgoConfig, temperature: float,
-                 micro_batch_size: int) -> dict[str, float]:
-    """The module docstring's metrics for `batch` (needs `batch.old_logp`) at the model's current weights."""
-    new_logp, entropy = clean_forward(model, batch, temperature, micro_batch_size, with_entropy=True)  # (B, T)
+def policy_drift(model: nn.Module, batch: Batch, algo: AlgoConfig, temperature: float, micro_batch_size: int,
+                 max_rows: int = 0) -> dict[str, float]:
+    """The module docstring's metrics for `batch` (needs `batch.old_logp`) at the model's current weights, on
+    whole groups of at most `max_rows` rows (0: all)."""
+    rows = group_sample(batch.group_ids, max_rows)
+    if len(rows) < len(batch):
+        batch = batch.select(rows)
+    new_logp, entropy = clean_forward(model, batch, temperature, micro_batch_size, with_entropy=True)  # (R, T)
     out = policy_kl(new_logp, batch.old_logp, batch.loss_mask)
     m = batch.loss_mask > 0
     if m.any():

@@ -21,8 +21,11 @@ at sequence level (seq/geo `upd_level`, GSPO), the same statistics of the sequen
 `perturb/dp/*`: |Δp| = |exp(logp_δ) − exp(logp_clean)| of sampled tokens on the first mini-batch, where the
 clean forward is `old_logp` (θ = θ_old), so no extra forward: P50, P75, P99. Per layer group
 (`layer_group_prob_shift`, at most `DP_LAYER_GROUPS` groups of consecutive perturbed layers, named by their first
-layer): `perturb/dp/layer{i}/p75` with only that group's noise (same σ, same ε), on the first micro-batch of the
-first mini-batch, at one no-grad forward of that micro-batch per group.
+layer): `perturb/dp/layer{i}/p75` with only that group's noise (same σ), on `diagnostics.rows` rows of the first
+micro-batch of the first mini-batch, at one no-grad forward of those rows per group.
+
+What costs an extra forward (|Δp| per group, the clean π_θ of a perturbed later mini-batch) runs only on the steps
+`diagnostics.every` picks; the rest comes from forwards the update runs anyway and is logged every step.
 
 Legend: b rows of a micro-batch, T response positions, N sampled tokens, S non-empty rows.
 """
@@ -99,6 +102,26 @@ def ratio_stats(log_ratio: Tensor, mu_prob: Tensor | None, *, clip_low: float, c
     return out
 
 
+def group_sample(group_ids: Tensor, max_rows: int) -> Tensor:
+    """Row indices (R,) of whole groups, evenly spaced over the groups, at most `max_rows` rows but at least one
+    group; every row when `max_rows` is 0 or covers the batch. group_ids (B,)."""
+    n = group_ids.numel()
+    if max_rows <= 0 or max_rows >= n:
+        return torch.arange(n)
+    groups = torch.unique(group_ids)  # (G,) sorted
+    k = max(1, min(len(groups), int(max_rows * len(groups) // n)))  # groups of the mean size that fit
+    chosen = groups[torch.linspace(0, len(groups) - 1, k).round().long()]
+    return torch.isin(group_ids, chosen).nonzero().squeeze(1)
+
+
+def spaced_rows(n: int, max_rows: int) -> Tensor:
+    """`max_rows` row indices evenly spaced over 0..n−1 (all when max_rows is 0 or ≥ n): over length-sorted rows
+    (a micro-batch) short and long rows alike."""
+    if max_rows <= 0 or max_rows >= n:
+        return torch.arange(n)
+    return torch.linspace(0, n - 1, max_rows).round().long().unique()
+
+
 class RatioProbe:
     """Collects the four ratios over the micro-batches of one mini-batch, then reduces them to metrics."""
 
@@ -109,14 +132,16 @@ class RatioProbe:
         self.seqs: dict[str, list[Tensor]] = {k: [] for k in RATIO_KINDS}
         self.extra: dict[str, float] = {}  # first mini-batch only: `layer_group_prob_shift`
 
-    def add(self, logp: Tensor, clean_logp: Tensor, old_logp: Tensor, rollout_logp: Tensor,
+    def add(self, logp: Tensor, clean_logp: Tensor | None, old_logp: Tensor, rollout_logp: Tensor,
             mask: Tensor, *, perturbed: bool) -> None:
-        """One micro-batch, all (b, T): update-forward logp, clean π_θ, π_θold, μ, loss mask."""
+        """One micro-batch, all (b, T): update-forward logp, clean π_θ (None: not measured this step, so no
+        r_upd, r_byp, |Δp|), π_θold, μ, loss mask."""
         logp = logp.detach()
         m = (mask > 0) & torch.isfinite(logp) & torch.isfinite(old_logp) & torch.isfinite(rollout_logp)  # (b, T)
         denom = old_logp if LOSS_RATIO[self.algo.policy_loss][0] == "old" else rollout_logp
-        deltas = {"loss": logp - denom, "upd": clean_logp - old_logp, "mis": old_logp - rollout_logp,
-                  "byp": clean_logp - rollout_logp}
+        deltas = {"loss": logp - denom, "mis": old_logp - rollout_logp}
+        if clean_logp is not None:
+            deltas |= {"upd": clean_logp - old_logp, "byp": clean_logp - rollout_logp}
         for kind, delta in deltas.items():
             d = torch.where(m, delta.double(), 0.0)  # (b, T)
             self.tokens[kind].append(d[m])
@@ -125,7 +150,7 @@ class RatioProbe:
                 seq = d.sum(-1)[rows]  # (S,) S_b
                 self.seqs[kind].append(seq / m.sum(-1)[rows] if self.level == "geo" else seq)
         self.tokens["mu"].append(rollout_logp.double()[m].exp())
-        if perturbed:
+        if perturbed and clean_logp is not None:
             self.tokens["dp"].append((logp.double()[m].exp() - clean_logp.double()[m].exp()).abs())
 
     def metrics(self, suffix: str) -> dict[str, float]:
@@ -136,6 +161,8 @@ class RatioProbe:
         mu = torch.cat(self.tokens["mu"])  # (N,)
         out: dict[str, float] = {}
         for kind in RATIO_KINDS:
+            if not self.tokens[kind]:  # r_upd, r_byp of a perturbed later mini-batch off a diagnostics step
+                continue
             cap = upper if kind == "loss" else LOG_RATIO_CLAMP
             stats = ratio_stats(torch.cat(self.tokens[kind]), mu, upper=cap, **band)
             out |= {f"diag/ratio_{kind}{suffix}/{k}": v for k, v in stats.items()}
@@ -154,8 +181,9 @@ def layer_group_prob_shift(model: torch.nn.Module, sub: Batch, perturbation: Lay
                            temperature: float) -> dict[str, float]:
     """`perturb/dp/layer{i}/p75`: |exp(logp with group i's noise alone) − exp(old_logp)| at θ = θ_old.
 
-    `sub` (b, T) must be a micro-batch of the first mini-batch (θ = θ_old, so `old_logp` is the clean forward);
-    `seed` is the seed its update forward used, so each layer draws the ε it drew there.
+    `sub` (b, T) must hold rows of the first mini-batch (θ = θ_old, so `old_logp` is the clean forward); `seed`
+    is the seed of their update forward: on that micro-batch whole, each layer draws the ε it drew there; on a
+    sample of its rows the draw has another shape, so ε is a fresh draw of the same distribution.
     """
     ids = perturbation.layer_ids
     if not ids:  # logits-only: one σ, the overall |Δp| is already its own

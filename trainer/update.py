@@ -19,7 +19,7 @@ from agents.perturbation import LayerwisePerturbation, noise_seed
 from trainer.config import AlgoConfig
 from trainer.logprobs import compute_logprobs
 from trainer.objective import denominators, micro_batch_objective
-from trainer.ratio_diagnostics import RatioProbe, layer_group_prob_shift
+from trainer.ratio_diagnostics import RatioProbe, layer_group_prob_shift, spaced_rows
 from trainer.types import Batch
 
 
@@ -66,14 +66,16 @@ def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Gener
 def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, rows: torch.Tensor, *,
                   algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float,
                   perturbation: LayerwisePerturbation | None = None, noise_base: int = 0,
-                  norm_len: int | None = None, diagnose: tuple[str, ...] = ()) -> dict[str, float]:
+                  norm_len: int | None = None, diagnose: tuple[str, ...] = (), extra_forwards: bool = True,
+                  diag_rows: int = 0) -> dict[str, float]:
     """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
 
     With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
     seeded per micro-batch (`noise_base + i`) so recomputation sees the same noise. `diagnose` holds the key
     suffixes ("" first mini-batch, "_last" last) under which this mini-batch's Table 5 ratios are logged
-    (`trainer/ratio_diagnostics.py`); perturbed, that costs a no-grad clean forward per micro-batch of the last
-    mini-batch and one forward of the first micro-batch per layer group (|Δp| per group).
+    (`trainer/ratio_diagnostics.py`). With `extra_forwards` (a diagnostics step), a perturbed update also runs a
+    no-grad clean forward per micro-batch of the last mini-batch (its r_upd, r_byp) and, per layer group, one
+    forward of `diag_rows` rows of the first micro-batch (|Δp| per group; 0: all its rows).
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -92,11 +94,13 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
             loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs,
                                                   norm_len=norm_len)
             loss.backward()
-        if probe is not None and perturbation is not None and i == 0 and "" in diagnose:
-            probe.extra |= layer_group_prob_shift(model, sub, perturbation, noise_seed(noise_base), temperature)
+        if probe is not None and perturbation is not None and i == 0 and "" in diagnose and extra_forwards:
+            probe.extra |= layer_group_prob_shift(model, sub.select(spaced_rows(len(sub), diag_rows)), perturbation,
+                                                  noise_seed(noise_base), temperature)
         if probe is not None:
-            probe.add(logp, _clean_logp(model, sub, logp, temperature, perturbation is not None, "" in diagnose),
-                      sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbation is not None)
+            clean = _clean_logp(model, sub, logp, temperature, perturbation is not None, "" in diagnose,
+                                extra_forwards)
+            probe.add(logp, clean, sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbation is not None)
         total_loss += loss.item()
         weight = sub.loss_mask.sum().item() / n_tokens.item()  # token-weighted average of micro metrics
         for key, value in metrics.items():
@@ -120,12 +124,14 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
 
 
 def _clean_logp(model: nn.Module, sub: Batch, logp: torch.Tensor, temperature: float, perturbed: bool,
-                first: bool) -> torch.Tensor:
+                first: bool, extra_forward: bool) -> torch.Tensor | None:
     """π_θ without noise on `sub`, (b, T): the update forward itself when unperturbed; on the first mini-batch
-    θ = θ_old, so `old_logp`; otherwise one no-grad forward outside the noise."""
+    θ = θ_old, so `old_logp`; otherwise one no-grad forward outside the noise (None without `extra_forward`)."""
     if not perturbed:
         return logp.detach()
     if first:
         return sub.old_logp
+    if not extra_forward:
+        return None
     with torch.no_grad():
         return compute_logprobs(model, sub, temperature)[0]

@@ -23,7 +23,9 @@ from trainer.ratio_diagnostics import (
     RATIO_STATS,
     RatioProbe,
     diag_suffixes,
+    group_sample,
     ratio_stats,
+    spaced_rows,
 )
 
 
@@ -124,15 +126,29 @@ def test_seq_alp_loss_ratio_equals_r_mis_only_without_noise(tmp_path, sft_dir):
 @pytest.mark.smoke
 def test_diagnostics_every_spaces_out_the_extra_forwards(tmp_path, sft_dir):
     cfg = build_config(None, SMALL + [f"sft.output_dir={sft_dir}", f"output_dir={tmp_path}", "steps=4",
-                                      "algorithm=seq_alp", "perturb.sigma_init=0.05", "diagnostics.every=3"])
+                                      "algorithm=seq_alp", "perturb.sigma_init=0.05", "diagnostics.every=3",
+                                      "optim.num_minibatches=2"])
     train(cfg, show_progress=False)
     records = {r["step"]: r for r in read_metrics(tmp_path)}
-    costly = ("diag/ratio_loss/p98", "diag/ratio_mis_last/p2", "diag/policy_kl_k3", "diag/entropy",
-              "perturb/dp/layer0/p75")
+    extra = ("diag/ratio_upd_last/p98", "diag/ratio_byp_last/p2", "diag/policy_kl_k3", "diag/entropy",
+             "perturb/dp/layer0/p75")  # each costs a forward
+    free = ("diag/ratio_loss/p98", "diag/ratio_mis/p2", "diag/ratio_upd/p50", "diag/ratio_loss_last/p98",
+            "diag/ratio_mis_last/bin0/p2", "perturb/dp/p75", "perturb/sigma/layer_0", "ratio/mis_token/ess_kish")
     for step in (1, 3, 4):  # every 3rd, the first and the last
-        assert all(k in records[step] for k in costly), step
-    assert not any(k in records[2] for k in costly)
-    assert "perturb/sigma/layer_0" in records[2] and "ratio/mis_token/ess_kish" in records[2]  # free ones stay
+        assert all(k in records[step] for k in extra + free), step
+    assert not any(k in records[2] for k in extra)
+    assert all(k in records[2] for k in free)
+
+
+def test_row_samples_are_whole_groups_and_spread():
+    groups = torch.arange(16).repeat_interleave(8)  # (128,) 16 groups of 8
+    rows = group_sample(groups, 16)
+    assert len(rows) == 16 and set(groups[rows].tolist()) == {0, 15}  # two whole groups, first and last
+    assert len(group_sample(groups, 40)) == 40 and len(set(groups[group_sample(groups, 40)].tolist())) == 5
+    assert len(group_sample(groups, 3)) == 8  # at least one group
+    assert torch.equal(group_sample(groups, 0), torch.arange(128))
+    assert spaced_rows(64, 16).tolist()[::5] == [0, 21, 42, 63] and len(spaced_rows(64, 16)) == 16
+    assert torch.equal(spaced_rows(10, 16), torch.arange(10))
 
 
 def test_quantiles_thin_past_the_torch_limit(monkeypatch):
