@@ -1,16 +1,19 @@
-"""What the diagnostics that cost extra forwards add to a train step of the demo recipe (target ≤ 3%).
+"""What the ratio diagnostics add to a train step of the demo recipe (target ≤ 3%).
 
 A train step is its rollouts (vLLM on CPU, the TIR env, the sandbox) followed by `trainer.loop.learn`
-(advantages, θ_old log-probs, corrections, the mini-batch updates, weight sync). `diagnostics.every` decides
-whether `learn` also runs the Table 5 ratios, ALP's |Δp| per layer group and the after-update policy KL and
-entropy. Each measured step collects one rollout batch, then runs `learn` on it twice from the same model,
-optimizer and σ state (restored in between), with diagnostics on and off, the order alternating between steps; the
-second run's state is kept. Printed per algorithm: the median times, the ratio of `learn` alone (the harsher
-figure) and of the whole step (rollout time + learn), both as paired medians of per-step ratios. The free
-metrics (mismatch, loss, σ) and the scatter sample (`diagnostics.scatter_every`) run in both arms. Prints figures
-only; nothing here is asserted in tests.
+(advantages, θ_old log-probs, corrections, the mini-batch updates, weight sync). Three arms run `learn` on the
+same rollout batch from the same model, optimizer and σ state (restored in between; the order rotates between
+steps, the last arm's state is kept):
+- `none`: diagnostics.every = 0, no ratio diagnostics;
+- `ordinary`: a step between diagnostics steps: the Table 5 quantiles of the update's own forwards only;
+- `full`: a diagnostics step (diagnostics.every = 1): also the extra forwards (|Δp| per layer group, a perturbed
+  last mini-batch's clean π_θ, the after-update policy KL and entropy on diagnostics.rows rows).
+Printed per algorithm: median times and, as paired medians of per-step ratios against `none`, the ratio of
+`learn` alone (the harsher figure) and of the whole step (rollout time + learn) for an ordinary step, a full step,
+and the default cadence (one full step in diagnostics.every, the rest ordinary). The mismatch metrics and the
+scatter sample run in every arm. Prints figures only; nothing here is asserted in tests.
 
-Measured 2026-12-01 on the 2-core dev machine: see docs/architecture.md ("Metrics semantics") for the figures.
+Measured 2026-12-01 on the 2-core dev machine: docs/architecture.md ("Metrics semantics") has the figures.
 
 Usage: python bench/diagnostics_overhead.py [--model runs/demo/sft] [--steps 6] [--algorithms grpo,seq_alp]
        [key=value ...]   (overrides of configs/demo.yaml)
@@ -25,6 +28,8 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+
+import torch
 
 from trainer.algorithms import AlgorithmState
 from trainer.components import build_components
@@ -48,44 +53,54 @@ def restore(c, state: tuple[dict, dict, dict | None]) -> None:
         c.perturbation.load_state_dict(pert)
 
 
-def paired(on: list[float], off: list[float]) -> str:
-    ratios = sorted(a / b for a, b in zip(on, off, strict=True))
+def paired(arm: list[float], base: list[float]) -> str:
+    ratios = sorted(a / b for a, b in zip(arm, base, strict=True))
     q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-    return f"{statistics.median(ratios):.3f} paired median (IQR {q1:.3f}-{q3:.3f})"
+    return f"{statistics.median(ratios):.3f} (IQR {q1:.3f}-{q3:.3f})"
 
 
 def bench(algorithm: str, model: str, steps: int, overrides: list[str]) -> None:
     out = tempfile.mkdtemp(prefix="alprl-diag-bench-")
     base = [f"model.path={model}", f"output_dir={out}", f"algorithm={algorithm}", "eval_tasks=0",
-            f"steps={steps + 1}", *overrides]
-    cfg_on = build_config(ROOT / "configs" / "demo.yaml", [*base, "diagnostics.every=1"])
-    cfg_off = build_config(ROOT / "configs" / "demo.yaml", [*base, "diagnostics.every=0"])
-    seed_everything(cfg_on.seed)
-    c = build_components(cfg_on)
+            f"steps={steps + 10}", *overrides]  # the measured steps are neither the first nor the last
+    demo = ROOT / "configs" / "demo.yaml"
+    default_every = build_config(demo, base).diagnostics.every
+    arms = {"none": build_config(demo, [*base, "diagnostics.every=0"]),
+            "ordinary": build_config(demo, [*base, f"diagnostics.every={10 ** 6}"]),
+            "full": build_config(demo, [*base, "diagnostics.every=1"])}
+    if arms["none"].torch_threads:  # as `alprl train` does (the demo runs single-threaded)
+        torch.set_num_threads(arms["none"].torch_threads)
+    seed_everything(arms["none"].seed)
+    c = build_components(arms["none"])
     algos = AlgorithmState()
-    rollout_s, on_s, off_s = [], [], []
+    rollout_s: list[float] = []
+    learn_s: dict[str, list[float]] = {name: [] for name in arms}
     try:
-        learn(c, cfg_on, algos, collect_rollouts(c, cfg_on, 1), 1)  # warm-up (first-call costs)
+        learn(c, arms["full"], algos, collect_rollouts(c, arms["full"], 1), 1)  # warm-up (first-call costs)
         for step in range(2, steps + 2):
             t0 = time.perf_counter()
-            trajs = collect_rollouts(c, cfg_on, step)
+            trajs = collect_rollouts(c, arms["none"], step)
             rollout_s.append(time.perf_counter() - t0)
             start = snapshot(c)
-            arms = [(cfg_on, on_s), (cfg_off, off_s)]
-            for i, (cfg, times) in enumerate(arms if step % 2 else arms[::-1]):
+            names = list(arms)[step % 3:] + list(arms)[: step % 3]
+            for i, name in enumerate(names):
                 if i:
                     restore(c, start)
                 t0 = time.perf_counter()
-                learn(c, cfg, algos, trajs, step)
-                times.append(time.perf_counter() - t0)
+                learn(c, arms[name], algos, trajs, step)
+                learn_s[name].append(time.perf_counter() - t0)
     finally:
         c.close()
-    step_on = [r + t for r, t in zip(rollout_s, on_s, strict=True)]
-    step_off = [r + t for r, t in zip(rollout_s, off_s, strict=True)]
-    print(f"{algorithm:8s} rollouts {statistics.median(rollout_s):6.2f} s   learn: diagnostics on "
-          f"{statistics.median(on_s):5.2f} s, off {statistics.median(off_s):5.2f} s   ({steps} steps)")
-    print(f"{algorithm:8s} ratio learn on/off: {paired(on_s, off_s)}")
-    print(f"{algorithm:8s} ratio train step on/off: {paired(step_on, step_off)}  (target <= 1.03)")
+    n = default_every
+    learn_s["default"] = [(f + (n - 1) * o) / n for f, o in zip(learn_s["full"], learn_s["ordinary"], strict=True)]
+    step_s = {name: [r + t for r, t in zip(rollout_s, ts, strict=True)] for name, ts in learn_s.items()}
+    print(f"{algorithm}: rollouts {statistics.median(rollout_s):.2f} s; learn "
+          + ", ".join(f"{name} {statistics.median(ts):.2f} s" for name, ts in learn_s.items() if name != "default")
+          + f"  ({steps} steps, torch threads {torch.get_num_threads()})")
+    for name, label in (("ordinary", "ordinary step"), ("full", "diagnostics step"),
+                        ("default", f"default cadence (every {n})")):
+        print(f"{algorithm}: {label:28s} / none: learn {paired(learn_s[name], learn_s['none'])}, "
+              f"train step {paired(step_s[name], step_s['none'])}  (target <= 1.03)")
 
 
 def main() -> None:

@@ -304,7 +304,7 @@ class SFTConfig:
 class DiagnosticsConfig:
     every: int = 10
     """Steps between the diagnostics that cost extra no-grad forwards, which also run at the first and last step
-    (0: never): ALP's |Δp| per layer group (`perturb/dp/layer*`), r_upd and r_byp of the last mini-batch under
+    (0: no diagnostics at all, not even the free ratio quantiles below): ALP's |Δp| per layer group (`perturb/dp/layer*`), r_upd and r_byp of the last mini-batch under
     ALP/SPrPO (`diag/ratio_{upd,byp}_last/*`) and the after-update policy KL, entropy and QUATRO realized KL
     (`diag/policy_kl_*`, `diag/entropy`, `quatro/realized_kl*`). The other Table 5 ratios come from the update
     forward itself and are logged every step. bench/diagnostics_overhead.py measures the cost."""

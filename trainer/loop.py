@@ -85,7 +85,7 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
                              grad_clip=cfg.optim.grad_clip, perturbation=c.perturbation,
                              noise_base=derive_seed("alp-noise", cfg.seed, step, k),
                              norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens,
-                             diagnose=diag_suffixes(k, len(minibatches)),  # Table 5 ratios: first and last
+                             diagnose=diag_suffixes(k, len(minibatches)) if cfg.diagnostics.every else (),
                              extra_forwards=diagnose, diag_rows=cfg.diagnostics.rows)
                for k, rows in enumerate(minibatches)]
     metrics = mean_of(records)
