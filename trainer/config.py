@@ -12,6 +12,7 @@ exit status 2.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import inspect
 import types
@@ -464,10 +465,13 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return _nest(flat)
 
 
-def build_config(config_path: str | Path | None = None, overrides: list[str] = ()) -> TrainConfig:
-    """Defaults ← YAML file ← algorithm preset (if `algorithm=` given) ← key=value overrides."""
+def build_config(config_path: str | Path | dict[str, Any] | None = None, overrides: list[str] = ()) -> TrainConfig:
+    """Defaults ← YAML file (or its mapping, already read) ← algorithm preset (if `algorithm=` given) ← key=value
+    overrides."""
     cfg = TrainConfig()
-    if config_path:
+    if isinstance(config_path, dict):
+        _apply(cfg, copy.deepcopy(config_path))
+    elif config_path:
         _apply(cfg, load_yaml(config_path))
     cli = parse_overrides(list(overrides))
     algorithm = cli.pop("algorithm", None)

@@ -26,20 +26,23 @@ import hashlib
 import json
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from agents.engines import resolve_kind
 from agents.env_families import BY_ALIAS, env_entry, problem_count
 from agents.models import resolve_local
 from envs.datasets import DatasetError, fingerprint
 from evaluation.eval_run import Benchmark
-from trainer.config import ConfigError, EnvConfig, TrainConfig, build_config, load_yaml, parse_overrides
-from trainer.run_config import RUN_CONFIG_FILE, eval_settings, run_code_where_the_sandbox_answers
+from trainer.config import ConfigError, EnvConfig, TrainConfig, build_config, parse_overrides
+from trainer.run_config import (
+    DATASET_KEYS,
+    RUN_CONFIG_FILE,
+    eval_settings,
+    load_run_config,
+    run_code_where_the_sandbox_answers,
+)
 from trainer.validation import validate_config
 
 MODE_ENVS = {"single": "alprl/Math-v0", "tir": "alprl/TIRMath-v0"}
@@ -50,7 +53,6 @@ BUILTIN_TASKS = {"alprl/TIRMath-v0": 500, "alprl/Math-v0": 500}
 """Default problems of a built-in benchmark (the generated test split has 500); the agentic envs' default is
 `AGENTIC_TASKS` (their episodes run up to 50 steps)."""
 AGENTIC_TASKS = 100
-DATASET_KEYS = ("dataset", "eval_dataset", "dataset_format", "dataset_split_field", "dataset_fields")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
@@ -106,23 +108,6 @@ def _option_overrides(args: argparse.Namespace, plain: bool) -> list[str]:
     return out
 
 
-def _run_config_file(model: Path, scratch: Path) -> Path | None:
-    """A copy of the model's run config without its dataset keys (None: it has none). The run's training and
-    evaluation files need not be on this machine, and each benchmark brings its own file."""
-    path = model / RUN_CONFIG_FILE
-    if not path.is_file():
-        return None
-    try:
-        data = load_yaml(path)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: {exc} (pass --no-run-config to evaluate the model with the defaults)") from None
-    for key in DATASET_KEYS:
-        (data.get("env") or {}).pop(key, None)
-    copy = scratch / RUN_CONFIG_FILE
-    copy.write_text(yaml.safe_dump(data, sort_keys=False))
-    return copy
-
-
 def file_overrides(overrides: list[str]) -> tuple[list[str], dict[str, Any]]:
     """(the overrides without env dataset keys, the layout options among them: {"dataset_format": ...,
     "dataset_fields": {...}}). Those apply to each benchmark file, not to the run's config; the files themselves
@@ -148,15 +133,11 @@ def base_config(args: argparse.Namespace, model: Path) -> tuple[TrainConfig, Tra
     overrides, _ = file_overrides(list(args.overrides))
     if "id" in parse_overrides(overrides).get("env", {}):
         raise ConfigError("env.id: the env follows from --mode (single, tir) or a built-in benchmark name")
-    with tempfile.TemporaryDirectory(prefix="alprl-eval-") as scratch:
-        path = None if args.no_run_config else _run_config_file(model, Path(scratch))
-        try:
-            run_cfg = build_config(path) if path is not None else None
-        except ConfigError as exc:  # a run config this version of alprl cannot read
-            raise ConfigError(f"{model / RUN_CONFIG_FILE}: {exc} (the run config saved with this model; pass "
-                              "--no-run-config to evaluate it with the defaults instead)") from None
-        # eval_tasks=0: the run's own held-out count bounds nothing here (--tasks does)
-        cfg = build_config(path, ["eval_tasks=0", *_option_overrides(args, run_cfg is None), *overrides])
+    run_cfg = None if args.no_run_config else load_run_config(model, without_datasets=True)
+    # eval_tasks=0: the run's own held-out count bounds nothing here (--tasks does)
+    overrides = ["eval_tasks=0", *_option_overrides(args, run_cfg is None), *overrides]
+    cfg = load_run_config(model, overrides, without_datasets=True) if run_cfg is not None else \
+        build_config(None, overrides)
     rollout = dataclasses.replace(cfg.rollout, engine=resolve_kind(cfg.rollout.engine))
     return dataclasses.replace(cfg, rollout=rollout), run_cfg
 

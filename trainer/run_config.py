@@ -21,6 +21,8 @@ from trainer.config import ConfigError, TrainConfig, build_config, to_dict
 from trainer.tasks import rollout_limits
 
 RUN_CONFIG_FILE = "alprl_config.yaml"
+DATASET_KEYS = ("dataset", "eval_dataset", "dataset_format", "dataset_split_field", "dataset_fields")  # env.*
+TRAIN_ONLY_KEYS = ("dataset", "dataset_split_field")  # the training file, with a separate eval_dataset
 
 
 def write_run_config(directory: str | Path, cfg: TrainConfig) -> Path:
@@ -31,18 +33,23 @@ def write_run_config(directory: str | Path, cfg: TrainConfig) -> Path:
     return path
 
 
-def load_run_config(model_dir: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig | None:
+def load_run_config(model_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *,
+                    without_datasets: bool = False) -> TrainConfig | None:
     """The run config saved with `model_dir` plus `overrides` (key=value), validated; None if the directory has
     none. Evaluation plays the test split only, so a run that had a separate `env.eval_dataset` is read without its
-    training file (which need not be on this machine). A file this version of alprl cannot read raises one
-    ConfigError naming it."""
+    training file (which need not be on this machine); `without_datasets` drops every dataset key (`alprl eval`:
+    each benchmark brings its own file). A file this version of alprl cannot read raises one ConfigError naming
+    it."""
     path = Path(model_dir) / RUN_CONFIG_FILE
     if not path.is_file():
         return None
     try:
-        env = (yaml.safe_load(path.read_text()) or {}).get("env") or {}
-        train_only = ["env.dataset=", "env.dataset_split_field="] if env.get("eval_dataset") else []
-        return build_config(path, [*train_only, *overrides])
+        data = yaml.safe_load(path.read_text()) or {}
+        env = data.get("env") or {}
+        dropped = DATASET_KEYS if without_datasets else TRAIN_ONLY_KEYS if env.get("eval_dataset") else ()
+        for key in dropped:
+            env.pop(key, None)
+        return build_config(data, list(overrides))
     except (ConfigError, yaml.YAMLError, AttributeError) as exc:
         one_line = " ".join(str(exc).split())
         raise ConfigError(f"{path}: {one_line} (the run config saved with this model; pass --no-run-config to "
