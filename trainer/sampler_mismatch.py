@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from agents.engines.base import Engine
+from agents.engines.hf import DTYPES
 from evaluation.robustness import fake_quantize, parse_quant, target_linears
 
 Named = Iterable[tuple[str, Tensor]]
@@ -78,9 +79,7 @@ def cpu_copy(model: nn.Module) -> dict[str, Tensor]:
 
 
 def dtype_bits(name: str) -> int:
-    """Bits of a rollout dtype name (bf16 → 16, float32 → 32); 0 for "auto" (the model's)."""
-    from agents.engines.hf import DTYPES
-
+    """Bits of a rollout dtype name (bf16 → 16, float32 → 32); 0 for vLLM's "auto" (the model's)."""
     return torch.finfo(DTYPES[name]).bits if name in DTYPES else 0
 
 
