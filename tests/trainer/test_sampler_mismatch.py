@@ -160,12 +160,12 @@ def test_the_engine_starts_quantized_and_evaluation_sees_the_trainer_weights(tmp
 
 
 @pytest.mark.smoke
-def test_a_lagged_run_resumes_and_restarts_its_lag_from_the_checkpoint(tmp_path, sft_dir):
+def test_a_lagged_quantized_run_evaluates_resumes_and_restarts_its_lag(tmp_path, sft_dir):
     common = SMALL + [f"sft.output_dir={sft_dir}", f"output_dir={tmp_path}", "rollout.policy_lag=2", "save_every=1",
-                      "rollout.prompts_per_step=2"]
+                      "rollout.prompts_per_step=2", "rollout.sampler_quant=int8", "eval_tasks=2", "eval_samples=1"]
     train(build_config(None, common + ["steps=2"]), show_progress=False)
     (resumed,) = train(build_config(None, common + ["steps=3"]), resume=True, show_progress=False)
-    assert resumed.step == 3
+    assert resumed.step == 3 and "eval/success" in resumed.metrics  # evaluated on the trainer's weights
     assert resumed.metrics["mismatch/policy_lag_effective"] == 0.0  # the lag's copies are not checkpointed
 
 
