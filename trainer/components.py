@@ -7,7 +7,9 @@ episode plays is `trainer/tasks.py`'s.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent
 from trainer.config import TrainConfig
+from trainer.sampler_mismatch import SamplerSync, parse_sampler_quant
 from trainer.sft_cache import check_warm_start
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,8 @@ class Components:
     envs: list[gym.Env]
     optimizer: torch.optim.Optimizer
     perturbation: LayerwisePerturbation | None = None
+    sampler: SamplerSync | None = None
+    """What the engine holds (fake-quantized, lagged weights; trainer/sampler_mismatch.py); None: the trainer's."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
 
     def extra_modules(self) -> list[torch.nn.Module]:
@@ -42,8 +47,26 @@ class Components:
         return [self.perturbation] if self.perturbation is not None else []
 
     def sync_engine(self) -> None:
-        """Push the trainer's weights into the inference engine (after every accepted or rolled-back update)."""
-        self.engine.update_weights(self.model.named_parameters())
+        """Push the trainer's weights into the inference engine (after every accepted or rolled-back update), as
+        the sampler sees them: fake-quantized with rollout.sampler_quant, rollout.policy_lag updates old."""
+        if self.sampler is None:
+            self.engine.update_weights(self.model.named_parameters())
+        else:
+            self.sampler.push_update(self.engine, self.model)
+
+    @contextmanager
+    def trainer_weights_in_engine(self) -> Iterator[None]:
+        """Held-out evaluation measures the trained policy (what checkpoints and `alprl eval` hold), not the
+        sampler's quantized or lagged view: the trainer's weights are in the engine for the block, then the
+        sampler's view is pushed back (two extra syncs, only when the knobs are on)."""
+        if self.sampler is None or not self.sampler.differs:
+            yield
+            return
+        self.sampler.push_trainer_weights(self.engine, self.model)
+        try:
+            yield
+        finally:
+            self.sampler.push_current(self.engine, self.model)
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -104,7 +127,9 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                     engine.max_model_len, start, r.max_response_tokens)
     n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size
     perturbation = build_perturbation(model, cfg)
+    sampler = SamplerSync(model, parse_sampler_quant(r.sampler_quant, r.sampler_quant_group), r.policy_lag, r.dtype)
+    sampler.initial_push(engine, model)  # the engine loaded full-precision weights
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
-                      perturbation=perturbation, pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency,
+                      perturbation=perturbation, sampler=sampler, pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency,
                                                                           thread_name_prefix="env-step"))

@@ -147,7 +147,22 @@ class RolloutConfig:
     tensor_parallel_size: int = 1
     """vLLM: GPUs per rollout engine (tensor parallelism)."""
     quantization: str = ""
-    """vLLM sampler weight quantization, a mismatch knob: empty (none) | fp8 (GPU)."""
+    """vLLM's own sampler weight quantization (real quantized kernels), a mismatch knob: empty (none) | fp8 (GPU
+    only). For fake quantization on any engine and machine see sampler_quant."""
+    sampler_quant: str = ""
+    """Fake quantization of the weights the trainer pushes into the sampler, a mismatch knob on any engine and
+    machine: empty (none) | int8 | int4 (any of int2..int8) | fp8 (= fp8_e4m3) | fp8_e5m2. Round-to-nearest,
+    symmetric, of every nn.Linear weight in the decoder layers (the robustness evaluator's quantizers), at the
+    engine's first load and every sync; the trainer keeps full precision (trainer/sampler_mismatch.py). Unlike
+    `quantization`, the sampler computes in rollout.dtype; the two compose."""
+    sampler_quant_group: int = 0
+    """rollout.sampler_quant's group size: one scale per this many inputs of a weight row (e.g. 32, 128); 0: one
+    scale per output channel."""
+    policy_lag: int = 0
+    """Policy lag k, a staleness knob: the rollouts of step s are sampled with the weights after step s − 1 − k
+    (the start weights while s ≤ k), as asynchronous trainers produce; the trainer's θ_old stays current. Costs
+    k + 1 CPU copies of the weights; a resume restarts the lag from the checkpoint's weights. 0: on-policy
+    sampler. Needs algo.mipu_screen=false."""
     kv_cache_dtype: str = "auto"
     """vLLM KV-cache dtype, a mismatch knob: auto (= dtype) | fp8 (GPU)."""
     max_model_len: int = 0

@@ -1,7 +1,8 @@
 """The RL loop, top to bottom. `train_step` is one iteration, each stage a named call:
 
     rollout → batch → advantages → old log-probs → corrections → (QUATRO duals) → (SPrPO allocation)
-    → diagnostics → update → engine sync, with MIPU's screening as one explicit branch around update + sync
+    → diagnostics → update → engine sync (the sampler's view: trainer/sampler_mismatch.py), with MIPU's
+    screening as one explicit branch around update + sync
 
 Stages return what they compute; `train_step` alone assigns it to the batch (the rollout alone builds its loss
 mask). Components (model, engine, envs, agent) come from `trainer/components.py`, task selection from
@@ -116,6 +117,8 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
     if cfg.perturb.sprpo_adaptive:  # SPrPO: σ per layer from a sensitivity probe (every sprpo_every steps)
         metrics |= algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step)
     metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
+    if c.sampler is not None:  # the dialled mismatch behind them: fake quantization, dtype, policy lag
+        metrics |= c.sampler.metrics()
     if is_periodic_step(step, cfg.diagnostics.scatter_every, 1, cfg.steps):  # Fig. 10's (π_train, μ) sample
         metrics |= save_scatter(cfg.output_dir, step, batch.old_logp, batch.rollout_logp, batch.loss_mask,
                                 seed=cfg.seed, max_points=cfg.diagnostics.scatter_points)
@@ -132,8 +135,9 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
 def evaluate(c: Components, cfg: TrainConfig, step: int) -> dict[str, float]:
     """Held-out (test split) evaluation; per-episode records go to `<run>/eval/step_<k>.jsonl`."""
     s = eval_settings(cfg)  # what `alprl eval` and `alprl robustness` read from a checkpoint's run config too
-    records = evaluation_records(c.engine, c.agent, c.envs[: s.num_envs], "test", cfg.eval_tasks, s.limits,
-                                 samples_per_task=s.samples_per_task, greedy=s.greedy, seed=s.seed, pool=c.pool)
+    with c.trainer_weights_in_engine():  # not the sampler's quantized / lagged view, as `alprl eval` sees it
+        records = evaluation_records(c.engine, c.agent, c.envs[: s.num_envs], "test", cfg.eval_tasks, s.limits,
+                                     samples_per_task=s.samples_per_task, greedy=s.greedy, seed=s.seed, pool=c.pool)
     out = Path(cfg.output_dir) / "eval"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"step_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

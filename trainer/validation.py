@@ -14,8 +14,9 @@ whose single line joins every violation with "; ", each naming the key, the valu
 - Numeric ranges are those the consumers raise on (or divide by), plus bounds the field docstrings state.
   A field is checked even when its feature is off: a bad value is a typo waiting for the day it is switched on.
 - Cross-field rules: a loss's required aggregation, QUATRO's δ, SPrPO's fixed per-layer σ, correction bounds,
-  the response budget against a configured context, mini-batches against the rollout batch, and what the
-  transformers engine cannot do.
+  the response budget against a configured context, mini-batches against the rollout batch, what the
+  transformers engine cannot do, and the sampler's fake quantization and policy lag (a group needs a format; a
+  lag excludes MIPU's screening). Fake-quantization formats are those of `trainer/sampler_mismatch.py`'s parser.
 - Dataset files (`env.dataset`, `env.eval_dataset`): only on an env that serves them, loaded here (once per
   process, so the run reuses them) so that a missing or malformed file is the loader's one line; `eval_tasks` is
   bounded by the test split's size (500 generated, else the file's count), `rollout.prompts_per_step` (and
@@ -53,6 +54,7 @@ from envs.tir.tasks import DIFFICULTIES
 from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
 from trainer.errors import ConfigError
 from trainer.losses import AGG_MODES, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
+from trainer.sampler_mismatch import parse_sampler_quant
 
 Check = tuple[str, str, Callable[[Any], bool]]
 RANGES: tuple[Check, ...] = (
@@ -92,6 +94,8 @@ RANGES: tuple[Check, ...] = (
     ("rollout.gpu_memory_utilization", "a share in (0, 1]", lambda v: 0 < v <= 1),
     ("rollout.tensor_parallel_size", ">= 1", lambda v: v >= 1),
     ("rollout.max_model_len", ">= 0 (0: the model's)", lambda v: v >= 0),
+    ("rollout.sampler_quant_group", ">= 0 (0: one scale per output channel)", lambda v: v >= 0),
+    ("rollout.policy_lag", ">= 0 (0: on-policy sampler)", lambda v: v >= 0),
     ("algo.clip_low", "0 < clip_low < 1 (the lower clip is 1 - clip_low)", lambda v: 0 < v < 1),
     ("algo.clip_high", "> 0", lambda v: v > 0),
     ("algo.clip_dual", "> 1 (dual-clip constant c)", lambda v: v > 1),  # trainer/losses.py dual_clip_surrogate
@@ -266,6 +270,21 @@ def _budget_rules(cfg: Any) -> list[str]:
     return out
 
 
+def _sampler_rules(cfg: Any) -> list[str]:
+    r, out = cfg.rollout, []
+    try:  # trainer/sampler_mismatch.py's parser, the one build_components uses
+        parse_sampler_quant(r.sampler_quant, r.sampler_quant_group)
+    except ValueError as exc:
+        out.append(str(exc))
+    if r.sampler_quant_group > 0 and not r.sampler_quant:
+        out.append(f"rollout.sampler_quant_group={r.sampler_quant_group} groups a fake quantization, but "
+                   "rollout.sampler_quant is empty; set it (e.g. int4) or the group to 0")
+    if r.policy_lag > 0 and cfg.algo.mipu_screen:
+        out.append(f"rollout.policy_lag={r.policy_lag} with algo.mipu_screen=true: MIPU screens the candidate on the "
+                   "engine, which under a lag holds an older policy; use policy_lag=0 with MIPU")
+    return out
+
+
 def _perturb_rules(cfg: Any) -> list[str]:
     p, out = cfg.perturb, []
     if p.learnable and p.sigma_init == 0:
@@ -285,7 +304,7 @@ def _perturb_rules(cfg: Any) -> list[str]:
 def validate_config(cfg: Any) -> None:
     """Raise one `ConfigError` listing every violation in `cfg` (see the module docstring); None if valid."""
     problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_dataset_rules(cfg), *_algo_rules(cfg),
-                *_budget_rules(cfg), *_perturb_rules(cfg)]
+                *_budget_rules(cfg), *_sampler_rules(cfg), *_perturb_rules(cfg)]
     if problems:
         raise ConfigError("; ".join(problems))
 

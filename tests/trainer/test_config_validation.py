@@ -46,6 +46,9 @@ CHOICES = [  # an enumerated value outside the registry that consumes it
     (["env.expert_search=dfs"], "env.expert_search"),
     (["perturb.layers=first"], "perturb.layers"),
     (["perturb.layers=5-2"], "perturb.layers"),
+    (["rollout.sampler_quant=nf4"], "rollout.sampler_quant"),
+    (["rollout.sampler_quant=int9"], "rollout.sampler_quant"),
+    (["rollout.sampler_quant=int4-g32"], "rollout.sampler_quant"),  # the group has its own key
 ]
 
 RANGE_VIOLATIONS = [  # a number outside what its consumer accepts
@@ -80,6 +83,8 @@ RANGE_VIOLATIONS = [  # a number outside what its consumer accepts
     (["rollout.gpu_memory_utilization=1.5"], "rollout.gpu_memory_utilization"),
     (["env.difficulty=7"], "env.difficulty"),
     (["perturb.sprpo_factor=1"], "perturb.sprpo_factor"),
+    (["rollout.sampler_quant=int4", "rollout.sampler_quant_group=-1"], "rollout.sampler_quant_group"),
+    (["rollout.policy_lag=-1"], "rollout.policy_lag"),
 ]
 
 CROSS_FIELD = [  # values fine alone, contradictory together
@@ -99,6 +104,8 @@ CROSS_FIELD = [  # values fine alone, contradictory together
     (["rollout.engine=hf", "rollout.schedule=overlapped"], "rollout.schedule"),
     (["env.action_projection=nearest"], "env.action_projection"),  # TIR lists no admissible commands
     (["env.invalid_action_penalty=0.1"], "env.invalid_action_penalty"),
+    (["rollout.sampler_quant_group=32"], "rollout.sampler_quant_group"),  # a group of no quantization
+    (["algorithm=mipu", "rollout.policy_lag=1"], "rollout.policy_lag"),  # the screen needs the candidate deployed
 ]
 
 
@@ -161,6 +168,9 @@ def test_every_aggregation_level_and_correction_passes():
     ["env.id=alprl/ALFWorld-v0", "env.task_types=pick_two_obj_and_place"],
     ["env.task_types=multiply,add", "env.difficulty=0"],
     ["algorithm=seq_alp", "perturb.layers=0-1,3"],
+    ["rollout.sampler_quant=int4", "rollout.sampler_quant_group=32"], ["rollout.sampler_quant=fp8"],
+    ["rollout.sampler_quant=fp8_e5m2", "rollout.policy_lag=3"], ["rollout.sampler_quant=int2"],
+    ["algorithm=mipu", "rollout.sampler_quant=int8"],
 ])
 def test_values_at_the_edge_of_what_is_allowed_pass(capsys, overrides):
     code, err = _dry_run(capsys, *overrides)
