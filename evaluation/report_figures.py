@@ -7,7 +7,8 @@ keys, a run without ALP has no σ). Metric keys, as `trainer/` logs them:
   and per rollout-probability bin `diag/ratio_{kind}/bin{j}/{p2,p98}` for μ bins `BIN_EDGES` (null when empty);
 - dynamics: `rollout/reward`, `diag/grad_norm_preclip` (else `actor/grad_norm`), `diag/entropy`, `rollout_corr/kl`,
   `diag/policy_kl_k1` / `_k3`;
-- Figure 8: `perturb/sigma/<layer>` (agents/perturbation.py) and `perturb/dp/p75` (else `perturb/delta_p_p75`);
+- Figure 8: `perturb/sigma/<layer>` (agents/perturbation.py) and `perturb/dp/p75`, `p99` (else
+  `perturb/delta_p_p75`), and per layer group `perturb/dp/layer<i>/p99`;
 - Figure 10: `<run>/diagnostics/scatter_step_<k>.npz` (trainer/scatter.py);
 - Figure 5: the last `<run>/eval/step_<k>.jsonl` with ≥ 2 samples per task, through `evaluation.passk`.
 """
@@ -177,8 +178,8 @@ def dynamics(runs: list[RunData]) -> Figure:
 
 
 def sigma_and_dp(runs: list[RunData]) -> Figure:
-    """Figure 8: ALP's σ per layer over steps, and the perturbation's |Δp| P75."""
-    title = "Figure 8: ALP noise scale σ per layer and |Δp| P75"
+    """Figure 8: ALP's σ per layer over steps, and the perturbation's |Δp| (P75, P99, per layer group)."""
+    title = "Figure 8: ALP noise scale σ per layer and |Δp|"
     sig = {run.label: sorted({k for r in run.records for k in r if k.startswith("perturb/sigma/")}) for run in runs}
     dp = {run.label: _first_key(run, "perturb/dp/p75", "perturb/delta_p_p75") for run in runs}
     if not any(sig.values()) and not any(dp.values()):
@@ -193,11 +194,23 @@ def sigma_and_dp(runs: list[RunData]) -> Figure:
             else:
                 ax_s.plot(xs, ys, color=COLORS[j % len(COLORS)], label=layer)
         if dp[run.label]:
+            color = COLORS[i % len(COLORS)]
             xs, ys = series(run.records, dp[run.label])
-            ax_d.plot(xs, ys, color=COLORS[i % len(COLORS)], marker="o" if len(xs) < 30 else None, ms=3,
-                      label=run.label if len(runs) > 1 else dp[run.label])
+            ax_d.plot(xs, ys, color=color, marker="o" if len(xs) < 30 else None, ms=3,
+                      label=run.label if len(runs) > 1 else "P75")
+            xs, ys = series(run.records, dp[run.label].replace("p75", "p99"))
+            if xs:  # on a confident policy most sampled tokens have p ≈ 1 and a P75 of 0: the tail says more
+                ax_d.plot(xs, ys, color=color, ls="--", label=None if len(runs) > 1 else "P99")
+            if len(runs) == 1:  # each layer group's noise alone (on the diagnostics steps)
+                groups = sorted({k for r in run.records for k in r
+                                 if k.startswith("perturb/dp/layer") and k.endswith("/p99")},
+                                key=lambda k: int(k.split("/")[2].removeprefix("layer")))
+                for j, key in enumerate(groups):
+                    xs, ys = series(run.records, key)
+                    ax_d.plot(xs, ys, color=COLORS[(j + 1) % len(COLORS)], ls=":", marker="x", ms=4,
+                              label=f"{key.split('/')[2]}… alone, P99")
     _finish(ax_s, "σ per layer", "RL step", "σ")
-    _finish(ax_d, "|Δp| P75 (perturbed vs unperturbed, sampled tokens)", "RL step", "|Δp|")
+    _finish(ax_d, "|Δp| (perturbed vs unperturbed, sampled tokens): P75 solid, P99 dashed", "RL step", "|Δp|")
     return Figure(title, png(fig))
 
 

@@ -21,7 +21,7 @@ at sequence level (seq/geo `upd_level`, GSPO), the same statistics of the sequen
 `perturb/dp/*`: |Δp| = |exp(logp_δ) − exp(logp_clean)| of sampled tokens on the first mini-batch, where the
 clean forward is `old_logp` (θ = θ_old), so no extra forward: P50, P75, P99. Per layer group
 (`layer_group_prob_shift`, at most `DP_LAYER_GROUPS` groups of consecutive perturbed layers, named by their first
-layer): `perturb/dp/layer{i}/p75` with only that group's noise (same σ), on `diagnostics.rows` rows of the first
+layer): `perturb/dp/layer{i}/p75` and `/p99` with only that group's noise (same σ), on `diagnostics.rows` rows of the first
 micro-batch of the first mini-batch, at one no-grad forward of those rows per group.
 
 What costs an extra forward (|Δp| per group, the clean π_θ of a perturbed later mini-batch) runs only on the steps
@@ -179,7 +179,7 @@ class RatioProbe:
 @torch.no_grad()
 def layer_group_prob_shift(model: torch.nn.Module, sub: Batch, perturbation: LayerwisePerturbation, seed: int,
                            temperature: float) -> dict[str, float]:
-    """`perturb/dp/layer{i}/p75`: |exp(logp with group i's noise alone) − exp(old_logp)| at θ = θ_old.
+    """`perturb/dp/layer{i}/p75`, `/p99`: |exp(logp with group i's noise alone) − exp(old_logp)| at θ = θ_old.
 
     `sub` (b, T) must hold rows of the first mini-batch (θ = θ_old, so `old_logp` is the clean forward); `seed`
     is the seed of their update forward: on that micro-batch whole, each layer draws the ε it drew there; on a
@@ -200,5 +200,6 @@ def layer_group_prob_shift(model: torch.nn.Module, sub: Batch, perturbation: Lay
             logp, _ = compute_logprobs(model, sub, temperature)  # (b, T)
         dp = (logp.double()[m].exp() - sub.old_logp.double()[m].exp()).abs()
         if dp.numel():
-            out[f"perturb/dp/layer{group[0]}/p75"] = torch.quantile(_thin(dp), 0.75).item()
+            qs = torch.quantile(_thin(dp), torch.tensor([0.75, 0.99], dtype=torch.float64)).tolist()
+            out[f"perturb/dp/layer{group[0]}/p75"], out[f"perturb/dp/layer{group[0]}/p99"] = qs
     return out
