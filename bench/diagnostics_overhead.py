@@ -107,11 +107,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=str(ROOT / "runs" / "demo" / "sft"),
                     help="the policy to start from (default: the demo's SFT warm start from `make demo`)")
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=6, help="measured steps (a multiple of 3: each arm first as often)")
     ap.add_argument("--algorithms", default="grpo,seq_alp")
     ap.add_argument("overrides", nargs="*", help="key=value overrides of configs/demo.yaml")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # as alprl's commands: no vLLM INFO chatter
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     if not Path(args.model).is_dir():
         raise SystemExit(f"--model {args.model}: no such directory; run `make demo` first (it builds the SFT warm "
                          "start there) or pass --model <an HF model dir>")

@@ -24,7 +24,8 @@ clean forward is `old_logp` (θ = θ_old), so no extra forward: P50, P75, P99. P
 layer): `perturb/dp/layer{i}/p75` and `/p99` with only that group's noise (same σ), on `diagnostics.rows` rows of the first
 micro-batch of the first mini-batch, at one no-grad forward of those rows per group.
 
-What costs an extra forward (|Δp| per group, the clean π_θ of a perturbed later mini-batch) runs only on the steps
+What costs an extra forward (|Δp| per group; the clean π_θ of a perturbed later mini-batch, on `diagnostics.rows`
+rows of each of its micro-batches, so its r_upd and r_byp are over that sample) runs only on the steps
 `diagnostics.every` picks; the rest comes from forwards the update runs anyway and is logged every step.
 
 Legend: b rows of a micro-batch, T response positions, N sampled tokens, S non-empty rows.
@@ -128,43 +129,52 @@ class RatioProbe:
     def __init__(self, algo: AlgoConfig) -> None:
         self.algo = algo
         self.level = loss_level(algo)
-        self.tokens: dict[str, list[Tensor]] = {k: [] for k in (*RATIO_KINDS, "mu", "dp")}
+        self.tokens: dict[str, list[Tensor]] = {k: [] for k in (*RATIO_KINDS, "dp")}
+        self.mu: dict[str, list[Tensor]] = {k: [] for k in RATIO_KINDS}  # μ of each kind's tokens, for the bins
         self.seqs: dict[str, list[Tensor]] = {k: [] for k in RATIO_KINDS}
         self.extra: dict[str, float] = {}  # first mini-batch only: `layer_group_prob_shift`
 
     def add(self, logp: Tensor, clean_logp: Tensor | None, old_logp: Tensor, rollout_logp: Tensor,
-            mask: Tensor, *, perturbed: bool) -> None:
+            mask: Tensor, *, perturbed: bool, clean_rows: Tensor | None = None) -> None:
         """One micro-batch, all (b, T): update-forward logp, clean π_θ (None: not measured this step, so no
-        r_upd, r_byp, |Δp|), π_θold, μ, loss mask."""
+        r_upd, r_byp, |Δp|), π_θold, μ, loss mask. `clean_rows`: clean_logp (r, T') holds only these rows of the
+        micro-batch (a sample), trimmed to their width T' ≤ T."""
         logp = logp.detach()
         m = (mask > 0) & torch.isfinite(logp) & torch.isfinite(old_logp) & torch.isfinite(rollout_logp)  # (b, T)
         denom = old_logp if LOSS_RATIO[self.algo.policy_loss][0] == "old" else rollout_logp
-        deltas = {"loss": logp - denom, "mis": old_logp - rollout_logp}
-        if clean_logp is not None:
-            deltas |= {"upd": clean_logp - old_logp, "byp": clean_logp - rollout_logp}
-        for kind, delta in deltas.items():
-            d = torch.where(m, delta.double(), 0.0)  # (b, T)
-            self.tokens[kind].append(d[m])
-            if self.level != "token":
-                rows = m.sum(-1) > 0  # (b,)
-                seq = d.sum(-1)[rows]  # (S,) S_b
-                self.seqs[kind].append(seq / m.sum(-1)[rows] if self.level == "geo" else seq)
-        self.tokens["mu"].append(rollout_logp.double()[m].exp())
-        if perturbed and clean_logp is not None:
+        self._add_kind("loss", logp - denom, rollout_logp, m)
+        self._add_kind("mis", old_logp - rollout_logp, rollout_logp, m)
+        if clean_logp is None:
+            return
+        if clean_rows is not None:  # the sampled rows, cut to the clean forward's width
+            width = clean_logp.shape[1]
+            logp, old_logp, rollout_logp, m = (x[clean_rows, :width] for x in (logp, old_logp, rollout_logp, m))
+        self._add_kind("upd", clean_logp - old_logp, rollout_logp, m)
+        self._add_kind("byp", clean_logp - rollout_logp, rollout_logp, m)
+        if perturbed:
             self.tokens["dp"].append((logp.double()[m].exp() - clean_logp.double()[m].exp()).abs())
+
+    def _add_kind(self, kind: str, delta: Tensor, rollout_logp: Tensor, m: Tensor) -> None:
+        """Tokens (and sequences) of one ratio kind; delta, rollout_logp, m (b, T)."""
+        d = torch.where(m, delta.double(), 0.0)  # (b, T)
+        self.tokens[kind].append(d[m])
+        self.mu[kind].append(rollout_logp.double()[m].exp())
+        if self.level != "token":
+            rows = m.sum(-1) > 0  # (b,)
+            seq = d.sum(-1)[rows]  # (S,) S_b
+            self.seqs[kind].append(seq / m.sum(-1)[rows] if self.level == "geo" else seq)
 
     def metrics(self, suffix: str) -> dict[str, float]:
         """`diag/ratio_{kind}{suffix}/*`, `diag/seq_ratio_{kind}{suffix}/*`, and on the first mini-batch
         (suffix "") `perturb/dp/*` and `extra`."""
         band = {"clip_low": self.algo.clip_low, "clip_high": self.algo.clip_high}
         upper = LOSS_RATIO[self.algo.policy_loss][2]
-        mu = torch.cat(self.tokens["mu"])  # (N,)
         out: dict[str, float] = {}
         for kind in RATIO_KINDS:
             if not self.tokens[kind]:  # r_upd, r_byp of a perturbed later mini-batch off a diagnostics step
                 continue
             cap = upper if kind == "loss" else LOG_RATIO_CLAMP
-            stats = ratio_stats(torch.cat(self.tokens[kind]), mu, upper=cap, **band)
+            stats = ratio_stats(torch.cat(self.tokens[kind]), torch.cat(self.mu[kind]), upper=cap, **band)
             out |= {f"diag/ratio_{kind}{suffix}/{k}": v for k, v in stats.items()}
             if self.seqs[kind]:
                 stats = ratio_stats(torch.cat(self.seqs[kind]), None, upper=cap, **band)

@@ -74,8 +74,8 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     seeded per micro-batch (`noise_base + i`) so recomputation sees the same noise. `diagnose` holds the key
     suffixes ("" first mini-batch, "_last" last) under which this mini-batch's Table 5 ratios are logged
     (`trainer/ratio_diagnostics.py`). With `extra_forwards` (a diagnostics step), a perturbed update also runs a
-    no-grad clean forward per micro-batch of the last mini-batch (its r_upd, r_byp) and, per layer group, one
-    forward of `diag_rows` rows of the first micro-batch (|Δp| per group; 0: all its rows).
+    no-grad clean forward of `diag_rows` rows of each micro-batch of the last mini-batch (its r_upd, r_byp) and,
+    per layer group, one forward of `diag_rows` rows of the first micro-batch (|Δp| per group); 0: all rows.
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -98,9 +98,10 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
             probe.extra |= layer_group_prob_shift(model, sub.select(spaced_rows(len(sub), diag_rows)), perturbation,
                                                   noise_seed(noise_base), temperature)
         if probe is not None:
-            clean = _clean_logp(model, sub, logp, temperature, perturbation is not None, "" in diagnose,
-                                extra_forwards)
-            probe.add(logp, clean, sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbation is not None)
+            clean, rows = _clean_logp(model, sub, logp, temperature, perturbation is not None, "" in diagnose,
+                                      extra_forwards, diag_rows)
+            probe.add(logp, clean, sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbation is not None,
+                      clean_rows=rows)
         total_loss += loss.item()
         weight = sub.loss_mask.sum().item() / n_tokens.item()  # token-weighted average of micro metrics
         for key, value in metrics.items():
@@ -124,14 +125,16 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
 
 
 def _clean_logp(model: nn.Module, sub: Batch, logp: torch.Tensor, temperature: float, perturbed: bool,
-                first: bool, extra_forward: bool) -> torch.Tensor | None:
-    """π_θ without noise on `sub`, (b, T): the update forward itself when unperturbed; on the first mini-batch
-    θ = θ_old, so `old_logp`; otherwise one no-grad forward outside the noise (None without `extra_forward`)."""
+                first: bool, extra_forward: bool, max_rows: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(π_θ without noise, the rows of `sub` it covers or None for all): the update forward itself when
+    unperturbed; on the first mini-batch θ = θ_old, so `old_logp`; otherwise, with `extra_forward`, one no-grad
+    forward outside the noise of `max_rows` evenly spaced rows (r, T'); else (None, None)."""
     if not perturbed:
-        return logp.detach()
+        return logp.detach(), None
     if first:
-        return sub.old_logp
+        return sub.old_logp, None
     if not extra_forward:
-        return None
+        return None, None
+    rows = spaced_rows(len(sub), max_rows)
     with torch.no_grad():
-        return compute_logprobs(model, sub, temperature)[0]
+        return compute_logprobs(model, sub.select(rows), temperature)[0], rows
