@@ -23,6 +23,7 @@ from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent
 from trainer.config import TrainConfig
+from trainer.reference import frozen
 from trainer.sampler_mismatch import SamplerSync, parse_sampler_quant
 from trainer.sft_cache import check_warm_start
 
@@ -38,6 +39,8 @@ class Components:
     envs: list[gym.Env]
     optimizer: torch.optim.Optimizer
     perturbation: LayerwisePerturbation | None = None
+    reference: PreTrainedModel | None = None
+    """The frozen starting policy of the KL term (algo.kl_coef > 0; trainer/reference.py); None without one."""
     sampler: SamplerSync | None = None
     """What the engine holds (fake-quantized, lagged weights; trainer/sampler_mismatch.py); None: the trainer's."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
@@ -127,9 +130,11 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                     engine.max_model_len, start, r.max_response_tokens)
     n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size
     perturbation = build_perturbation(model, cfg)
+    # the start, also on resume (init_from is then a checkpoint): the KL keeps its anchor
+    reference = frozen(load_model_and_tokenizer(policy_path(cfg))[0]) if cfg.algo.kl_coef else None
     sampler = SamplerSync(model, parse_sampler_quant(r.sampler_quant, r.sampler_quant_group), r.policy_lag, r.dtype)
     sampler.initial_push(engine, model)  # the engine loaded full-precision weights
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
-                      perturbation=perturbation, sampler=sampler, pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency,
-                                                                          thread_name_prefix="env-step"))
+                      perturbation=perturbation, reference=reference, sampler=sampler,
+                      pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency, thread_name_prefix="env-step"))

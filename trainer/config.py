@@ -195,6 +195,14 @@ class AlgoConfig:
     """RLOO baseline: subtract the mean of the other group members."""
     entropy_coef: float = 0.0
     """β_H: weight of the entropy bonus (entropy is always logged)."""
+    kl_coef: float = 0.0
+    """β: KL to a frozen reference, the run's starting policy (verl use_kl_loss + kl_loss_coef, TRL beta); 0: off,
+    no reference model is loaded. A loss term β·agg(KL) on m′, or with `kl_in_reward` a reward penalty."""
+    kl_type: str = "low_var_kl"
+    """KL estimator (verl kl_loss_type): k1 | kl | k2 | mse | k3 | low_var_kl (k3 = low_var_kl, clamped)."""
+    kl_in_reward: bool = False
+    """verl use_kl_in_reward: subtract β·Σ_t KL_t (sampled tokens, at θ_old) from each episode's reward before the
+    advantages, instead of the loss term."""
     upd_level: str = "token"
     """Level of the policy ratio: token | seq (product, stop-grad token form) | geo (length-normalized)."""
     correction: str = "none"

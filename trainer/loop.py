@@ -37,6 +37,7 @@ from trainer.objective import prepare_corrections
 from trainer.policy_drift import policy_drift
 from trainer.progress import progress_bar
 from trainer.ratio_diagnostics import diag_suffixes
+from trainer.reference import kl_reward_penalty, reference_logprobs
 from trainer.run_config import eval_settings
 from trainer.run_meta import start_run_meta
 from trainer.scatter import is_periodic_step, save_scatter
@@ -106,9 +107,14 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
     """Everything of a step after its rollouts: advantages, θ_old log-probs, corrections, the update, weight sync."""
     batch = collate(trajs, c.tokenizer.pad_token_id)
     metrics = rollout_metrics(trajs)
+    batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
+    if c.reference is not None:  # KL to the frozen start (algo.kl_coef): its log-probs beside θ_old's
+        batch.ref_logp = reference_logprobs(c.reference, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
+        if cfg.algo.kl_in_reward:
+            batch.rewards, kl_metrics = kl_reward_penalty(cfg.algo, batch)
+            metrics |= kl_metrics
     batch.advantages, adv_metrics = compute_advantages(batch, cfg)
     metrics |= adv_metrics
-    batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
     batch.corr_weights, batch.corr_keep, corr_metrics = prepare_corrections(cfg.algo, batch)
     metrics |= corr_metrics
     if cfg.algo.quatro_delta:  # QUATRO: per-query duals → trust-region target log-ratios

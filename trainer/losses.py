@@ -199,7 +199,7 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tens
         return 0.5 * (logp - ref_logp).square()
     if kind in ("k3", "low_var_kl"):
         u = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        return (torch.exp(u) - u - 1).clamp(-10.0, 10.0)
+        return (torch.expm1(u) - u).clamp(-10.0, 10.0)  # = e^u − u − 1, without float32's cancellation near 0
     raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join(KL_KINDS)}")
 
 

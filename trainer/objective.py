@@ -1,8 +1,9 @@
 """The per-micro-batch objective: policy loss from the registry + entropy term, aggregated.
 
-`L = agg(w ⊙ ℓ, m′) − β_H·agg(H, m′)` (reference §2.6; β = 0 KL-to-reference is not wired: no
-reference model in TIR). Everything that decides *what* is optimized lives here, driven by `AlgoConfig`
-fields only (presets fill them; nothing branches on a preset's name):
+`L = agg(w ⊙ ℓ, m′) − β_H·agg(H, m′) + β·agg(KL(π_θ ‖ π_ref), m′)` (reference §2.6; the KL term only with
+`algo.kl_coef` > 0 and not `kl_in_reward`, π_ref the frozen starting policy, `trainer/reference.py`). Everything
+that decides *what* is optimized lives here, driven by `AlgoConfig` fields only (presets fill them; nothing
+branches on a preset's name):
 
 - `prepare_corrections(algo, batch)`: once per rollout batch, after the old log-probs: correction weights
   w and rejection mask m′ (`trainer/corrections.py`), which `train_step` stores as `corr_weights` / `corr_keep`.
@@ -26,7 +27,7 @@ import torch
 
 from trainer.config import AlgoConfig
 from trainer.corrections import compute_correction
-from trainer.losses import REQUIRED_AGG, aggregate, get_policy_loss, masked_fill_zero, masked_mean
+from trainer.losses import REQUIRED_AGG, aggregate, get_policy_loss, kl_penalty, masked_fill_zero, masked_mean
 from trainer.types import Batch
 
 
@@ -133,5 +134,11 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
     loss = aggregate(per_token, keep, algo.loss_agg, **agg)
     if algo.entropy_coef:
         loss = loss - algo.entropy_coef * aggregate(entropy, keep, algo.loss_agg, **agg)
+    if algo.kl_coef and not algo.kl_in_reward:  # verl use_kl_loss: β·agg(KL(π_θ ‖ π_ref)) on m′
+        if sub.ref_logp is None:
+            raise ValueError("algo.kl_coef > 0 needs batch.ref_logp (the reference forward) before the update")
+        kl = kl_penalty(logp, masked_fill_zero(sub.ref_logp, keep), algo.kl_type)  # (b, T)
+        loss = loss + algo.kl_coef * aggregate(kl, keep, algo.loss_agg, **agg)
+        metrics["kl_loss"] = masked_mean(kl.detach(), keep).item()
     metrics["entropy_update"] = masked_mean(entropy.detach(), sub.loss_mask).item()
     return loss, metrics

@@ -35,6 +35,7 @@ class Batch:
     corr_keep:      (B, T) m′ = m ⊙ keep: the loss mask after rejection (equals m without rejection).
     quatro_targets: (B, T) QUATRO's trust-region target log-ratios t_b·m, which its loss reads in place of the
                     advantages (None unless algo.quatro_delta > 0).
+    ref_logp:       (B, T) log-probs of the frozen reference policy (no grad; None unless algo.kl_coef > 0).
 
     `collate` fills the rollout's fields; every later field is assigned by `trainer/loop.py`'s `train_step` only,
     from what its stages return.
@@ -54,6 +55,7 @@ class Batch:
     corr_weights: torch.Tensor | None = None
     corr_keep: torch.Tensor | None = None
     quatro_targets: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]

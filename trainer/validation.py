@@ -53,7 +53,7 @@ from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
 from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
 from trainer.errors import ConfigError
-from trainer.losses import AGG_MODES, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
+from trainer.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
 from trainer.sampler_mismatch import parse_sampler_quant
 
 Check = tuple[str, str, Callable[[Any], bool]]
@@ -106,6 +106,7 @@ RANGES: tuple[Check, ...] = (
     ("algo.corr_veto_threshold", "> 0", lambda v: v > 0),  # log(threshold) in trainer/corrections.py
     ("algo.mipu_val_prompts", ">= 0 (0: rollout.prompts_per_step)", lambda v: v >= 0),
     ("algo.mipu_anneal_steps", ">= 0", lambda v: v >= 0),
+    ("algo.kl_coef", ">= 0 (0: no KL to a reference)", lambda v: v >= 0),
     ("algo.mipu_rollback_window", ">= 1", lambda v: v >= 1),
     ("algo.quatro_delta", ">= 0 (0: off)", lambda v: v >= 0),
     ("algo.quatro_lambda_min", "> 0", lambda v: v > 0),  # trainer/algorithms/quatro.py solve_duals
@@ -158,6 +159,7 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("algo.loss_agg", a.loss_agg, AGG_MODES, "an aggregation"),
             *_choice("algo.upd_level", a.upd_level, RATIO_LEVELS, "a ratio level"),
             *_choice("algo.correction", a.correction, CORRECTIONS, "a correction"),
+            *_choice("algo.kl_type", a.kl_type, KL_KINDS, "a KL estimator"),
             *_choice("algo.corr_level", a.corr_level, RATIO_LEVELS, "a ratio level"),
             *_choice("algo.mis_semantics", a.mis_semantics, MIS_SEMANTICS, "an MIS semantics"),
             *_choice("rollout.engine", r.engine, ENGINE_KINDS, "a rollout engine"),
