@@ -49,12 +49,13 @@ class Scale:
 
 SCALES = {
     # ≤ 2 minutes on 2 cores for the alp suite (6 cells): a 0.1 M-parameter model warm-started on 400 episodes,
-    # the transformers engine (a vLLM start costs ~20 s a cell), 2 steps of 2 × 2 episodes, 4 tasks × 2 samples.
+    # the transformers engine (a vLLM start costs ~20 s a cell), 2 steps of 2 × 2 episodes, 4 tasks × 2 samples;
+    # the robustness sweep plays its 15 built-in conditions on 2 tasks.
     "smoke": Scale("smoke", (*SMALL_MODEL, "sft.num_examples=400", "sft.epochs=3", "sft.batch_size=16",
                              "sft.lr=5e-3", "rollout.engine=hf", "rollout.prompts_per_step=2",
                              "rollout.group_size=2", "optim.micro_batch_size=8", "eval_tasks=4", "eval_samples=2",
                              "eval_every=0", "eval_at_start=false"),
-                   seeds=(0,), steps=2, robustness_tasks=0, own_sft=True),
+                   seeds=(0,), steps=2, robustness_tasks=2, own_sft=True),
     # The recipe's sizes, fewer steps and one final evaluation on 100 tasks × 2 samples. On the demo recipe (about
     # 20 s an RL step, ~30 s for 100 × 2 evaluation episodes, ~20 s engine start on 2 cores) a cell costs ~4 min:
     # the alp suite's 6 methods × 3 seeds ≈ 75 min, plus the SFT warm start when it is missing (~10 min).

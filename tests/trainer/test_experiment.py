@@ -113,3 +113,20 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     assert len(json.loads((out / "report.json").read_text())["arms"]) == 6
     # each cell is an ordinary run directory: `alprl report` overlays them
     assert write_report([cells[0], cells[-1]], out=tmp_path / "overlay.html").stat().st_size > 0
+
+
+@pytest.mark.smoke
+def test_robustness_suite_sweeps_each_final_checkpoint(tmp_path, sft_dir, capsys):
+    # the TIR recipe instead of the household one: the shared tiny warm start serves it, and the sweep's path
+    # (final checkpoint → robustness records → retention rows in the report) is the same
+    out = tmp_path / "rob"
+    assert main(["experiment", "robustness", "--scale", "smoke", "--config", "configs/demo.yaml", "--steps", "1",
+                 "--no-progress", "--out", str(out), f"model.path={sft_dir}"]) == 0, capsys.readouterr().err
+    data = json.loads((out / "report.json").read_text())
+    assert list(data["arms"]) == ["grpo/recipe", "sprpo/recipe", "seq_alp/recipe"]
+    for arm in data["arms"].values():
+        rows = {r["condition"]: r for r in arm["robustness"]}
+        assert "clean@0.0" in rows and "quant@int4" in rows and all(r["problems"] == 2 for r in rows.values())
+        assert all(r["ci_lo"] <= r["success"] <= r["ci_hi"] for r in rows.values())
+    assert "Robustness of the final checkpoints" in (out / "report.md").read_text()
+    assert (out / "grpo__recipe__seed0" / "robustness" / "robustness.html").is_file()
