@@ -85,7 +85,7 @@ def report_data(out: str | Path) -> dict[str, Any]:
             comparisons.append({"arm": arm, "baseline": baseline, **c,
                                 "summary": sentence(arm, baseline, c, words)})
     done = {c["cell"] for c in cells}
-    return {"suite": plan["suite"], "doc": plan["doc"], "scale": plan["scale"], "steps": plan["steps"],
+    return {"suite": plan["suite"], "doc": plan["doc"], "claim": plan.get("claim", ""), "scale": plan["scale"], "steps": plan["steps"],
             "seeds": plan["seeds"], "config": plan["config"], "start": plan["start"], "overrides": plan["overrides"],
             "settings": plan["settings"], "scale_words": words, "arms": arms, "comparisons": comparisons,
             "cells_finished": len(done), "cells_planned": len(plan["cells"]),
@@ -131,7 +131,8 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _intro(data: dict[str, Any]) -> list[str]:
     missing = data["cells_missing"]
-    return [f"Suite `{data['suite']}`: {data['doc']}.",
+    claim = [f"The papers' claim under test: {data['claim']}."] if data["claim"] else []
+    return [f"Suite `{data['suite']}`: {data['doc']}.", *claim,
             f"Recipe `{data['config']}`, {data['scale_words']}; every cell starts from `{data['start']}`.",
             f"Cells finished: {data['cells_finished']} of {data['cells_planned']}"
             + (f" (missing: {', '.join(missing)})" if missing else "") + ".",

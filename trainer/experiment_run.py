@@ -31,7 +31,7 @@ def add_experiment_parser(sub) -> None:
         "experiment", help="the papers' comparisons: methods × settings × seeds from one SFT start → report",
         description="Train every cell (method × setting × seed) of SUITE from one SFT start on the same tasks, "
         "evaluate each on the same held-out tasks, and write <out>/report.html, report.json and report.md "
-        "(mean held-out success with 95%% bootstrap intervals, paired differences against the baseline, overlaid "
+        "(mean held-out success with 95% bootstrap intervals, paired differences against the baseline, overlaid "
         "figures, a summary in words). A rerun skips the cells already finished.",
         epilog=f"suites:\n{suites}\n\nscales:\n"
         "  smoke    a tiny model built in <out>/sft, 2 steps, 4 tasks x 2 samples, 1 seed: alp in ~1 min\n"
@@ -62,7 +62,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
     suite, scale = SUITES[args.suite], SCALES[args.scale]
     config = args.config or suite.config
     seeds = parse_seeds(args.seeds) if args.seeds is not None else list(scale.seeds)
-    out = Path(args.out or f"runs/experiments/{suite.name}")
+    out = Path(os.path.normpath(args.out or f"runs/experiments/{suite.name}"))  # ./x and x: one cell.json key
     sft_overrides = [*scale.overrides, *([f"sft.output_dir={out / 'sft'}"] if scale.own_sft else []),
                      *args.overrides]
     base = build_config(config, sft_overrides)
