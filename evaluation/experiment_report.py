@@ -104,13 +104,13 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
         top_k = max(a["pass_at_k"], key=int)
         rows.append([name, _f(a["success"]), f"[{_f(a['ci_lo'])}, {_f(a['ci_hi'])}]",
                      ", ".join(f"{v:.3f}" for v in a["per_seed"].values()), f"{_f(a['pass_at_k'][top_k])} (k={top_k})",
-                     str(a["problems"]), _f(t["reward_mean"]), _f(t["mismatch_kl_mean"], ".2e"),
+                     str(a["problems"]), _f(t["reward_mean"]), _f(t["reward_last"]), _f(t["mismatch_kl_mean"], ".2e"),
                      _f(t["ratio_p98_max"]), _f(t["entropy_last"])])
     return rows
 
 
 ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval", "per seed", "pass@k", "seed-task pairs",
-              "train reward (mean)", "mismatch KL (mean)", "loss ratio P98 (max)", "entropy (last)"]
+              "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "entropy (last)"]
 COMPARISON_HEADER = ["arm", "baseline", "difference", "95% interval", "pairs", "verdict"]
 
 

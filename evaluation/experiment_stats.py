@@ -27,6 +27,7 @@ from evaluation.passk import k_values, pass_at_k
 Record = Mapping[str, Any]
 TRAINING_KEYS = {  # what each training-side column is, from the cells' metrics.jsonl (mean over seeds)
     "reward_mean": ("rollout/reward", "mean"),
+    "reward_last": ("rollout/reward", "last"),
     "mismatch_kl_mean": ("rollout_corr/kl", "mean"),
     "ratio_p98_max": ("diag/ratio_loss/p98", "max"),
     "entropy_last": ("diag/entropy", "last"),

@@ -190,10 +190,9 @@ class Plan:
     out: Path
     start: str
     """The warm start every cell trains from (model.path of every cell)."""
-    sft_overrides: list[str]
-    """Overrides of the config that builds the warm start when `start` is missing (no method, no setting)."""
     common: list[str]
-    """Overrides of every cell before its setting: the scale's, then the user's."""
+    """Overrides of every cell before its setting: the scale's, then the user's; with the recipe alone (no method,
+    no setting) they also make the config that builds the warm start when `start` is missing."""
     cells: list[Cell] = field(default_factory=list)
 
     def cell_overrides(self, cell: Cell) -> list[str]:

@@ -63,14 +63,14 @@ def build_plan(args: argparse.Namespace) -> Plan:
     config = args.config or suite.config
     seeds = parse_seeds(args.seeds) if args.seeds is not None else list(scale.seeds)
     out = Path(os.path.normpath(args.out or f"runs/experiments/{suite.name}"))  # ./x and x: one cell.json key
-    sft_overrides = [*scale.overrides, *([f"sft.output_dir={out / 'sft'}"] if scale.own_sft else []),
+    common = [*scale.overrides, *([f"sft.output_dir={out / 'sft'}"] if scale.own_sft else []),
                      *args.overrides]
-    base = build_config(config, sft_overrides)
+    base = build_config(config, common)
     steps = args.steps or scale.steps or base.steps
     settings = suite.settings(base, start_layers(base))
     check_user_overrides(suite, settings, args.overrides)
     plan = Plan(suite, scale, config, seeds, steps, out, start=base.model.path or base.sft.output_dir,
-                sft_overrides=sft_overrides, common=sft_overrides,
+                common=common,
                 cells=[Cell(m, s, seed) for m in suite.methods for s in settings for seed in seeds])
     for cell in plan.cells:  # a bad combination (e.g. MIPU under a policy lag) fails before any training
         build_config(config, plan.cell_overrides(cell))
@@ -79,7 +79,7 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
 def warm_start(plan: Plan, show_progress: bool) -> None:
     """Build the SFT start once when it is missing (cached and checked against the recipe by `run_sft`)."""
-    cfg = build_config(plan.config, plan.sft_overrides)
+    cfg = build_config(plan.config, plan.common)
     if cfg.model.path:
         if not Path(cfg.model.path).expanduser().exists():
             raise FileNotFoundError(f"model.path={cfg.model.path} does not exist")
@@ -164,7 +164,7 @@ def run_experiment_command(args: argparse.Namespace) -> int:
     """`alprl experiment`: exit 2 with one line for a bad suite, scale, seed list, override or missing file."""
     try:
         plan = build_plan(args)
-        cfg = build_config(plan.config, plan.sft_overrides)
+        cfg = build_config(plan.config, plan.common)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # per-cell "Loading weights" bars would drown the bar over cells

@@ -104,12 +104,14 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     cells = sorted(p.parent for p in out.glob("*/cell.json"))
     half_done, never_started, kept = cells[0], cells[1], cells[2:]
     (half_done / "cell.json").unlink()
+    (half_done / "left_by_the_kill.txt").write_text("partial")
     shutil.rmtree(never_started)
     before = {cell: _files_of(cell) for cell in kept}
     assert main(argv) == 0, capsys.readouterr().err
     assert {cell: _files_of(cell) for cell in kept} == before  # finished cells untouched
     for cell in (half_done, never_started):
         assert (cell / "cell.json").is_file() and (cell / "eval" / "step_2.jsonl").is_file()
+    assert not (half_done / "left_by_the_kill.txt").exists()  # a half-done cell starts over
     assert len(json.loads((out / "report.json").read_text())["arms"]) == 6
     # each cell is an ordinary run directory: `alprl report` overlays them
     assert write_report([cells[0], cells[-1]], out=tmp_path / "overlay.html").stat().st_size > 0
