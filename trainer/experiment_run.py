@@ -66,6 +66,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
     common = [*scale.overrides, *([f"sft.output_dir={out / 'sft'}"] if scale.own_sft else []),
                      *args.overrides]
     base = build_config(config, common)
+    if base.eval_tasks < 1:
+        raise ConfigError(f"eval_tasks={base.eval_tasks}: an experiment compares held-out success; set eval_tasks >= 1")
     steps = args.steps or scale.steps or base.steps
     settings = suite.settings(base, start_layers(base))
     check_user_overrides(suite, settings, args.overrides)

@@ -53,6 +53,7 @@ def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
     (["alp", "--scale", "huge"], "unknown --scale 'huge'; valid: smoke, default, full"),
     (["alp", "rollout.sampler_quant=int4"], "the alp suite sets rollout.sampler_quant itself"),
     (["alp", "seed=3"], "sets seed itself"),
+    (["alp", "eval_tasks=0"], "eval_tasks=0: an experiment compares held-out success"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, says, tmp_path, capsys):
     assert main(["experiment", *argv, "--out", str(tmp_path)]) == 2
