@@ -63,17 +63,17 @@ def build_plan(args: argparse.Namespace) -> Plan:
     config = args.config or suite.config
     seeds = parse_seeds(args.seeds) if args.seeds is not None else list(scale.seeds)
     out = Path(os.path.normpath(args.out or f"runs/experiments/{suite.name}"))  # ./x and x: one cell.json key
-    common = [*scale.overrides, *([f"sft.output_dir={out / 'sft'}"] if scale.own_sft else []),
-                     *args.overrides]
+    common = [*scale.overrides, *([f"sft.output_dir={out / 'sft'}"] if scale.own_sft else []), *args.overrides]
     base = build_config(config, common)
     if base.eval_tasks < 1:
         raise ConfigError(f"eval_tasks={base.eval_tasks}: an experiment compares held-out success; set eval_tasks >= 1")
     steps = args.steps or scale.steps or base.steps
     settings = suite.settings(base, start_layers(base))
     check_user_overrides(suite, settings, args.overrides)
+    # seed by seed, so an experiment stopped early has whole comparisons of its first seeds
+    cells = [Cell(m, s, seed) for seed in seeds for s in settings for m in suite.methods]
     plan = Plan(suite, scale, config, seeds, steps, out, start=base.model.path or base.sft.output_dir,
-                common=common,
-                cells=[Cell(m, s, seed) for m in suite.methods for s in settings for seed in seeds])
+                common=common, cells=cells)
     for cell in plan.cells:  # a bad combination (e.g. MIPU under a policy lag) fails before any training
         build_config(config, plan.cell_overrides(cell))
     return plan
