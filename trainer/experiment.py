@@ -45,24 +45,30 @@ class Scale:
     """Held-out tasks of the robustness sweep on each final checkpoint (robustness suite); 0: no sweep."""
     own_sft: bool = False
     """Build a tiny warm start in `<out>/sft` instead of using the recipe's `sft.output_dir`."""
+    summary: str = ""
+    """One line for `alprl experiment --help`: what a cell is and what the scale costs."""
 
 
 SCALES = {
-    # ≤ 2 minutes on 2 cores for the alp suite (6 cells): a 0.1 M-parameter model warm-started on 400 episodes,
+    # ≤ 2 minutes on 2 cores for the alp suite (6 cells): a 0.14 M-parameter model warm-started on 400 episodes,
     # the transformers engine (a vLLM start costs ~20 s a cell), 2 steps of 2 × 2 episodes, 4 tasks × 2 samples;
     # the robustness sweep plays its 15 built-in conditions on 2 tasks.
     "smoke": Scale("smoke", (*SMALL_MODEL, "sft.num_examples=400", "sft.epochs=3", "sft.batch_size=16",
                              "sft.lr=5e-3", "rollout.engine=hf", "rollout.prompts_per_step=2",
                              "rollout.group_size=2", "optim.micro_batch_size=8", "eval_tasks=4", "eval_samples=2",
                              "eval_every=0", "eval_at_start=false"),
-                   seeds=(0,), steps=2, robustness_tasks=2, own_sft=True),
+                   seeds=(0,), steps=2, robustness_tasks=2, own_sft=True,
+                   summary="a tiny model built in <out>/sft, 2 steps, 4 tasks x 2 samples, seed 0: alp in ~1 min"),
     # The recipe's sizes, fewer steps and one final evaluation on 100 tasks × 2 samples. On the demo recipe (about
     # 20 s an RL step, ~30 s for 100 × 2 evaluation episodes, ~20 s engine start on 2 cores) a cell costs ~4 min:
     # the alp suite's 6 methods × 3 seeds ≈ 75 min, plus the SFT warm start when it is missing (~10 min).
     "default": Scale("default", ("eval_tasks=100", "eval_samples=2", "eval_every=0", "eval_at_start=false"),
-                     seeds=(0, 1, 2), steps=10, robustness_tasks=32),
+                     seeds=(0, 1, 2), steps=10, robustness_tasks=32,
+                     summary="the recipe's sizes, 10 steps, one evaluation of 100 tasks x 2 samples, seeds 0,1,2; "
+                     "demo recipe: ~4 min a cell, alp (18 cells) ~75 min on 2 cores (+ ~10 min SFT if missing)"),
     # The recipe as it is (demo: 30 steps, 200 tasks × 2 samples every 15 steps): ~12 min a cell on 2 cores.
-    "full": Scale("full", (), seeds=(0, 1, 2), steps=None, robustness_tasks=100),
+    "full": Scale("full", (), seeds=(0, 1, 2), steps=None, robustness_tasks=100,
+                  summary="the recipe as it is (demo: 30 steps, 200 tasks x 2 samples), seeds 0,1,2: ~12 min a cell"),
 }
 
 

@@ -27,17 +27,14 @@ PLAN_FILE = "experiment.json"
 
 def add_experiment_parser(sub) -> None:
     suites = "\n".join(f"  {s.name:<12} {s.doc}" for s in SUITES.values())
+    scales = "\n".join(f"  {s.name:<8} {s.summary}" for s in SCALES.values())
     p = sub.add_parser(
         "experiment", help="the papers' comparisons: methods × settings × seeds from one SFT start → report",
         description="Train every cell (method × setting × seed) of SUITE from one SFT start on the same tasks, "
         "evaluate each on the same held-out tasks, and write <out>/report.html, report.json and report.md "
         "(mean held-out success with 95% bootstrap intervals, paired differences against the baseline, overlaid "
         "figures, a summary in words). A rerun skips the cells already finished.",
-        epilog=f"suites:\n{suites}\n\nscales:\n"
-        "  smoke    a tiny model built in <out>/sft, 2 steps, 4 tasks x 2 samples, 1 seed: alp in ~1 min\n"
-        "  default  the recipe's sizes, 10 steps, one evaluation of 100 tasks x 2 samples, seeds 0,1,2; demo "
-        "recipe: ~4 min a cell, alp (18 cells) ~75 min on 2 cores (+ ~10 min SFT if missing)\n"
-        "  full     the recipe as it is (demo: 30 steps, 200 tasks x 2 samples), seeds 0,1,2\n\n"
+        epilog=f"suites:\n{suites}\n\nscales:\n{scales}\n\n"
         "overrides: key=value for every cell, e.g. rollout.dtype=float32 (not the keys the suite varies)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("suite", metavar="SUITE", help="one of: " + ", ".join(SUITES))
