@@ -59,8 +59,9 @@ def arm_records(cells: list[dict[str, Any]]) -> dict[str, dict[str, list]]:
 
 def scale_words(plan: dict[str, Any], arms: dict[str, Any]) -> str:
     tasks = max((a["problems"] // max(1, len(a["seeds"])) for a in arms.values()), default=0)
-    return (f"{plan['scale']} scale, {plan['steps']} RL steps, {len(plan['seeds'])} seed(s) × {tasks} held-out "
-            "tasks")
+    seeds = len(plan["seeds"])
+    return (f"{plan['scale']} scale, {plan['steps']} RL steps, {seeds} seed{'s' if seeds > 1 else ''} × {tasks} "
+            "held-out tasks")
 
 
 def report_data(out: str | Path) -> dict[str, Any]:
