@@ -1,4 +1,4 @@
-"""`alprl` command line: train, sft, demo, report, eval, robustness, sandbox.
+"""`alprl` command line: train, sft, demo, report, eval, robustness, experiment, sandbox.
 
 Configs are YAML files overriding the dataclass defaults of trainer/config.py, plus `key=value`
 overrides (dotted keys, YAML values) and `algorithm=<preset>`. A bad key or value exits with status 2
@@ -17,6 +17,7 @@ import threading
 
 from trainer.config import ConfigError, TrainConfig, algorithm_presets, build_config, field_docs, to_dict
 from trainer.eval_cli import add_eval_parser, run_eval_command
+from trainer.experiment_run import add_experiment_parser, run_experiment_command
 
 EPILOG = """overrides: dotted key=value pairs after the options, e.g.
   alprl train --config configs/demo.yaml optim.lr=1e-4 rollout.group_size=8 algorithm=grpo
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default=None, help="where the HTML goes (default: <first RUN>/report.html)")
     add_eval_parser(sub)
     _add_robustness_parser(sub)
+    add_experiment_parser(sub)
     sub.add_parser("sandbox", help="the code-execution service (alprl sandbox serve --help)", add_help=False)
     return parser
 
@@ -155,15 +157,32 @@ def run_robustness_command(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     """`alprl eval` under the stop guard: SIGTERM / Ctrl-C close the engine (the records of finished engine calls
     are on disk already, and a rerun continues from them)."""
+    return _guarded("eval", run_eval_command, args)
+
+
+def _guarded(command: str, run, args: argparse.Namespace) -> int:
+    """`run(args)` under the stop guard (an experiment: a rerun skips the cells finished before the signal)."""
     try:
-        guard = StopGuard("eval", StopGuard.timeout_from_env()).install()
+        guard = StopGuard(command, StopGuard.timeout_from_env()).install()
     except ConfigError as exc:
-        print(f"alprl eval: error: {exc}", file=sys.stderr)
+        print(f"alprl {command}: error: {exc}", file=sys.stderr)
         return 2
     try:
-        return run_eval_command(args)
+        return run(args)
     finally:
         guard.uninstall()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """argparse, except that `alprl experiment SUITE --scale smoke key=value` takes the key=value overrides after
+    its options too (argparse fills the overrides positional with SUITE's chunk, then calls later ones unknown)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "experiment" and all("=" in e and not e.startswith("-") for e in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def config_help() -> str:
@@ -190,13 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         from sandbox.cli import main as sandbox_main
 
         return sandbox_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if getattr(args, "verbose", False):
         os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
     if args.command == "robustness":
         return run_robustness_command(args)
     if args.command == "eval":
         return run_eval(args)
+    if args.command == "experiment":
+        return _guarded("experiment", run_experiment_command, args)
     if args.command == "report":
         from evaluation.report import write_report
 

@@ -1,0 +1,245 @@
+"""The comparison report of `alprl experiment`: `<out>/report.json`, `report.md` and `report.html`.
+
+Reads `<out>/experiment.json` (the plan: arms, cells, comparisons, scale) and each finished cell's `cell.json`, final
+held-out records, `metrics.jsonl` and robustness records (`evaluation/experiment_stats.py` reduces them). Cells not
+finished yet are listed as missing, so a report can be written at any point (`write_experiment_report(out)`). The
+HTML adds a success-with-intervals chart and the run report's figures (evaluation/report_figures.py and the
+training curves of evaluation/report.py) with one line per arm, drawn from the cells of the first seed.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from evaluation.experiment_stats import (  # noqa: E402
+    arm_summary,
+    compare,
+    read_jsonl,
+    robustness_summary,
+    sentence,
+    tag_problems,
+    training_summary,
+)
+from evaluation.report import PLOTS, plot_lines  # noqa: E402
+from evaluation.report_figures import FIGURES, RunData, png  # noqa: E402
+
+CELL_FILE = "cell.json"
+
+
+def finished_cells(out: Path, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """cell.json of each planned cell that has one, in plan order."""
+    found = []
+    for cell in plan["cells"]:
+        path = out / cell["name"] / CELL_FILE
+        if path.is_file():
+            found.append(json.loads(path.read_text()) | {"dir": str(out / cell["name"])})
+    return found
+
+
+def arm_records(cells: list[dict[str, Any]]) -> dict[str, dict[str, list]]:
+    """Per arm: the tagged final-evaluation and robustness records and each cell's metrics records."""
+    arms: dict[str, dict[str, list]] = {}
+    for cell in cells:
+        run = Path(cell["dir"])
+        slot = arms.setdefault(cell["arm"], {"eval": [], "metrics": [], "robustness": []})
+        if cell.get("final_eval"):
+            slot["eval"] += tag_problems(read_jsonl(run / cell["final_eval"]), cell["seed"])
+        slot["metrics"].append(read_jsonl(run / "metrics.jsonl"))
+        slot["robustness"] += tag_problems(read_jsonl(run / "robustness" / "records.jsonl"), cell["seed"])
+    return arms
+
+
+def scale_words(plan: dict[str, Any], arms: dict[str, Any]) -> str:
+    tasks = max((a["problems"] // max(1, len(a["seeds"])) for a in arms.values()), default=0)
+    seeds = len(plan["seeds"])
+    return (f"{plan['scale']} scale, {plan['steps']} RL steps, {seeds} seed{'s' if seeds > 1 else ''} × {tasks} "
+            "held-out tasks")
+
+
+def report_data(out: str | Path) -> dict[str, Any]:
+    """Everything report.json holds: the plan, per-arm summaries, comparisons and their sentences."""
+    out = Path(out)
+    plan = json.loads((out / "experiment.json").read_text())
+    cells = finished_cells(out, plan)
+    records = arm_records(cells)
+    arms = {}
+    for arm in plan["arms"]:
+        got = records.get(arm)
+        if not got or not got["eval"]:
+            continue
+        arms[arm] = arm_summary(got["eval"]) | {"training": training_summary(got["metrics"])}
+        if got["robustness"]:
+            arms[arm]["robustness"] = robustness_summary(got["robustness"])
+    words = scale_words(plan, arms)
+    comparisons = []
+    for arm, baseline in plan["comparisons"]:
+        if arm in arms and baseline in arms:
+            c = compare(records[arm]["eval"], records[baseline]["eval"])
+            comparisons.append({"arm": arm, "baseline": baseline, **c,
+                                "summary": sentence(arm, baseline, c, words)})
+    done = {c["cell"] for c in cells}
+    return {"suite": plan["suite"], "doc": plan["doc"], "claim": plan.get("claim", ""), "scale": plan["scale"], "steps": plan["steps"],
+            "seeds": plan["seeds"], "config": plan["config"], "start": plan["start"], "overrides": plan["overrides"],
+            "settings": plan["settings"], "scale_words": words, "arms": arms, "comparisons": comparisons,
+            "cells_finished": len(done), "cells_planned": len(plan["cells"]),
+            "cells_missing": [c["name"] for c in plan["cells"] if c["name"] not in done],
+            "wall_s": sum(float(c.get("wall_s", 0)) for c in cells)}
+
+
+def _f(value: Any, fmt: str = ".3f") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def arm_rows(data: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, a in data["arms"].items():
+        t = a["training"]
+        top_k = max(a["pass_at_k"], key=int)
+        rows.append([name, _f(a["success"]), f"[{_f(a['ci_lo'])}, {_f(a['ci_hi'])}]",
+                     ", ".join(f"{v:.3f}" for v in a["per_seed"].values()), f"{_f(a['pass_at_k'][top_k])} (k={top_k})",
+                     str(a["problems"]), _f(t["reward_mean"]), _f(t["reward_last"]), _f(t["mismatch_kl_mean"], ".2e"),
+                     _f(t["ratio_p98_max"]), _f(t["entropy_last"])])
+    return rows
+
+
+ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval", "per seed", "pass@k", "seed-task pairs",
+              "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "entropy (last)"]
+COMPARISON_HEADER = ["arm", "baseline", "difference", "95% interval", "pairs", "verdict"]
+
+
+def comparison_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[c["arm"], c["baseline"], f"{c['diff']:+.3f}", f"[{c['ci_lo']:+.3f}, {c['ci_hi']:+.3f}]",
+             str(c["problems"]), c["verdict"]] for c in data["comparisons"]]
+
+
+def robustness_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[name, r["condition"], _f(r["success"]), f"[{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]", _f(r["retention"])]
+            for name, a in data["arms"].items() for r in a.get("robustness", [])]
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _intro(data: dict[str, Any]) -> list[str]:
+    missing = data["cells_missing"]
+    claim = [f"The papers' claim under test: {data['claim']}."] if data["claim"] else []
+    return [f"Suite `{data['suite']}`: {data['doc']}.", *claim,
+            f"Recipe `{data['config']}`, {data['scale_words']}; every cell starts from `{data['start']}`.",
+            f"Cells finished: {data['cells_finished']} of {data['cells_planned']}"
+            + (f" (missing: {', '.join(missing)})" if missing else "") + ".",
+            "Intervals: 95% bootstrap over (seed, task) pairs; differences are paired on the same seeds and tasks."]
+
+
+def markdown(data: dict[str, Any]) -> str:
+    bullets = [f"- {c['summary']}" for c in data["comparisons"]] or ["- No comparison has both arms finished yet."]
+    parts = [f"# alprl experiment: {data['suite']}", "\n\n".join(_intro(data)), "## Summary", "\n".join(bullets)]
+    parts += ["## Held-out success per arm", _md_table(ARM_HEADER, arm_rows(data))]
+    if data["comparisons"]:
+        parts += ["## Paired differences", _md_table(COMPARISON_HEADER, comparison_rows(data))]
+    if robustness_rows(data):
+        parts += ["## Robustness of the final checkpoints",
+                  _md_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
+    parts += ["## Settings", _md_table(["setting", "overrides"],
+                                       [[k, " ".join(v) or "(the recipe's)"] for k, v in data["settings"].items()])]
+    return "\n\n".join(parts) + "\n"
+
+
+def success_chart(data: dict[str, Any]) -> str | None:
+    """Held-out success per arm with its 95% interval (PNG, base64)."""
+    arms = data["arms"]
+    if not arms:
+        return None
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(arms)), 3.4))
+    names = list(arms)
+    means = [arms[n]["success"] for n in names]
+    errs = [[m - arms[n]["ci_lo"] for n, m in zip(names, means, strict=True)],
+            [arms[n]["ci_hi"] - m for n, m in zip(names, means, strict=True)]]
+    ax.bar(range(len(names)), means, yerr=errs, capsize=4, color="#4c72b0")
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("held-out success")
+    ax.set_title(f"Held-out success, 95% interval ({data['scale_words']})", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    return png(fig)
+
+
+def first_seed_runs(out: Path, data: dict[str, Any]) -> list[RunData]:
+    """One run per arm (its cell of the first seed that finished), labelled by the arm, for the overlaid figures."""
+    plan = json.loads((out / "experiment.json").read_text())
+    runs: dict[str, RunData] = {}
+    for cell in finished_cells(out, plan):
+        run = Path(cell["dir"])
+        records = read_jsonl(run / "metrics.jsonl")
+        if cell["arm"] not in runs and records:
+            runs[cell["arm"]] = RunData(cell["arm"], run, records)
+    return list(runs.values())
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _img(title: str, image: str) -> str:
+    return f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{image}'/>"
+
+
+def figures_html(out: Path, data: dict[str, Any]) -> list[str]:
+    parts = []
+    chart = success_chart(data)
+    if chart:
+        parts.append(_img("Held-out success per arm", chart))
+    runs = first_seed_runs(out, data)
+    if not runs:
+        return parts
+    parts.append("<p>The figures below draw one run per arm (its first finished seed).</p>")
+    for make in FIGURES:
+        fig = make(runs)
+        parts.append(_img(fig.title, fig.image) if fig.image else
+                     f"<p class='missing'>{html.escape(fig.title)} left out: {html.escape(fig.missing)}.</p>")
+    for keys, title, ylabel in PLOTS:
+        image = plot_lines(runs, keys, title, ylabel)
+        if image:
+            parts.append(_img(title, image))
+    return parts
+
+
+def render_html(out: Path, data: dict[str, Any]) -> str:
+    parts = [f"<h1>alprl experiment: {html.escape(data['suite'])}</h1>"]
+    parts += [f"<p>{html.escape(p)}</p>" for p in _intro(data)]
+    parts.append("<h2>Summary</h2><ul>" + ("".join(f"<li>{html.escape(c['summary'])}</li>"
+                                                    for c in data["comparisons"])
+                                           or "<li>No comparison has both arms finished yet.</li>") + "</ul>")
+    parts += ["<h2>Held-out success per arm</h2>", _html_table(ARM_HEADER, arm_rows(data))]
+    if data["comparisons"]:
+        parts += ["<h2>Paired differences</h2>", _html_table(COMPARISON_HEADER, comparison_rows(data))]
+    if robustness_rows(data):
+        parts += ["<h2>Robustness of the final checkpoints</h2>",
+                  _html_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
+    parts += figures_html(out, data)
+    style = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:4px 8px}img{max-width:100%}.missing{color:#666}")
+    title = html.escape(f"alprl experiment: {data['suite']}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
+            f"</head><body>{''.join(parts)}</body></html>")
+
+
+def write_experiment_report(out: str | Path) -> Path:
+    """Write report.json, report.md and report.html into `out`; returns report.html's path."""
+    out = Path(out)
+    data = report_data(out)
+    (out / "report.json").write_text(json.dumps(data, indent=2))
+    (out / "report.md").write_text(markdown(data))
+    path = out / "report.html"
+    path.write_text(render_html(out, data))
+    return path

@@ -1,0 +1,135 @@
+"""`alprl experiment`: the plan (suites, settings, comparisons, refused arguments) and, at smoke scale, the alp suite
+end to end from the shared tiny warm start: report files, resuming after a kill, one run directory per cell."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from evaluation.experiment_stats import compare, tag_problems, verdict
+from evaluation.report import write_report
+from trainer.cli import main, parse_args
+from trainer.experiment import SUITES, thirds
+from trainer.experiment_run import build_plan
+
+ALP_METHODS = ["grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp"]
+
+
+def plan_of(*argv: str):
+    return build_plan(parse_args(["experiment", *argv]))
+
+
+def test_thirds_split_the_decoder_layers_into_early_middle_late():
+    assert thirds(4) == {"early": "0", "middle": "1-2", "late": "3"}
+    assert thirds(6) == {"early": "0-1", "middle": "2-3", "late": "4-5"}
+    assert thirds(3) == {"early": "0", "middle": "1", "late": "2"}
+
+
+def test_every_suite_plans_cells_whose_configs_validate(tmp_path):
+    for name in SUITES:  # build_plan builds every cell's config, so a bad preset/setting pair fails here
+        plan = plan_of(name, "--scale", "smoke", "--out", str(tmp_path / name))
+        assert len(plan.cells) == len(SUITES[name].methods) * len({c.setting for c in plan.cells})
+        assert len({c.name for c in plan.cells}) == len(plan.cells)
+
+
+def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
+    alp = plan_of("alp", "--scale", "smoke", "--seeds", "0,1", "--out", str(tmp_path / "a"))
+    assert alp.comparisons() == [(f"{m}/sampler_int8", "grpo/sampler_int8") for m in ALP_METHODS[1:]]
+    assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 12
+    layers = plan_of("layers", "--scale", "smoke", "--out", str(tmp_path / "l"))
+    assert [b for _, b in layers.comparisons()] == ["seq_alp/layers_all"] * 4
+    stale = plan_of("staleness", "--scale", "smoke", "--out", str(tmp_path / "s"))
+    lrs = {c.setting.name: c.setting.overrides[-1] for c in stale.cells}
+    assert lrs["lag0"] == "optim.lr=0.0001" and lrs["lag0_lr3x"] == "optim.lr=0.0003"  # demo lr 1e-4
+    assert ("quatro/lag2", "grpo/lag2") in stale.comparisons()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["nope"], "unknown suite 'nope'; valid: alp, layers"),
+    (["alp", "--seeds", "0,x"], "--seeds '0,x': expected distinct non-negative integers"),
+    (["alp", "--seeds", "1,1"], "--seeds '1,1'"),
+    (["alp", "--scale", "huge"], "unknown --scale 'huge'; valid: smoke, default, full"),
+    (["alp", "rollout.sampler_quant=int4"], "the alp suite sets rollout.sampler_quant itself"),
+    (["alp", "seed=3"], "sets seed itself"),
+    (["alp", "eval_tasks=0"], "eval_tasks=0: an experiment compares held-out success"),
+])
+def test_bad_arguments_exit_2_with_one_line(argv, says, tmp_path, capsys):
+    assert main(["experiment", *argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1 and err.startswith("alprl experiment: error:")
+    assert not (tmp_path / "experiment.json").exists()  # refused before anything ran
+
+
+def test_verdicts_follow_the_paired_interval():
+    assert verdict(0.01, 0.2) == "better" and verdict(-0.3, -0.01) == "worse" and verdict(-0.1, 0.1) == \
+        "inside the noise"
+    # 20 tasks x 2 samples; the arm wins task i in both samples for i < 15, the baseline for i < 5: per-task
+    # differences are 1 on 10 tasks and 0 on 10, so the mean is +0.5 and every bootstrap mean lies in (0, 1].
+    def records(solved: int) -> list[dict]:
+        return [{"index": i, "won": i < solved} for i in range(20) for _ in range(2)]
+
+    c = compare(tag_problems(records(15), 0), tag_problems(records(5), 0))
+    assert c["diff"] == pytest.approx(0.5) and c["problems"] == 20 and c["verdict"] == "better"
+    assert c["arm_success"] == pytest.approx(0.75) and c["baseline_success"] == pytest.approx(0.25)
+    assert compare(tag_problems(records(5), 0), tag_problems(records(15), 0))["verdict"] == "worse"
+
+
+def _files_of(cell_dir):
+    return {p: p.stat().st_mtime_ns for p in cell_dir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.smoke
+def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, capsys):
+    out = tmp_path / "alp"
+    argv = ["experiment", "alp", "--scale", "smoke", "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
+    assert main(argv) == 0, capsys.readouterr().err
+    for name in ("report.html", "report.json", "report.md"):
+        assert (out / name).stat().st_size > 0
+    data = json.loads((out / "report.json").read_text())
+    assert list(data["arms"]) == [f"{m}/sampler_int8" for m in ALP_METHODS]
+    assert data["cells_finished"] == data["cells_planned"] == 6 and data["start"] == str(sft_dir)
+    for arm in data["arms"].values():
+        assert arm["ci_lo"] <= arm["success"] <= arm["ci_hi"] and arm["problems"] == 4
+        assert set(arm["pass_at_k"]) == {"1", "2"} and arm["training"]["mismatch_kl_mean"] is not None
+    assert [c["baseline"] for c in data["comparisons"]] == ["grpo/sampler_int8"] * 5
+    for c in data["comparisons"]:
+        assert c["ci_lo"] <= c["diff"] <= c["ci_hi"] and c["verdict"] in ("better", "worse", "inside the noise")
+        assert c["summary"].startswith("At this scale") and c["arm"] in c["summary"]
+    assert "Paired differences" in (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    assert "Held-out success per arm" in html and "Figure 5: held-out pass@k" in html
+
+    # A kill mid-way: one cell stopped before its cell.json, one never started. The rerun runs those two only.
+    cells = sorted(p.parent for p in out.glob("*/cell.json"))
+    half_done, never_started, kept = cells[0], cells[1], cells[2:]
+    (half_done / "cell.json").unlink()
+    (half_done / "left_by_the_kill.txt").write_text("partial")
+    shutil.rmtree(never_started)
+    before = {cell: _files_of(cell) for cell in kept}
+    assert main(argv) == 0, capsys.readouterr().err
+    assert {cell: _files_of(cell) for cell in kept} == before  # finished cells untouched
+    for cell in (half_done, never_started):
+        assert (cell / "cell.json").is_file() and (cell / "eval" / "step_2.jsonl").is_file()
+    assert not (half_done / "left_by_the_kill.txt").exists()  # a half-done cell starts over
+    assert len(json.loads((out / "report.json").read_text())["arms"]) == 6
+    # each cell is an ordinary run directory: `alprl report` overlays them
+    assert write_report([cells[0], cells[-1]], out=tmp_path / "overlay.html").stat().st_size > 0
+
+
+@pytest.mark.smoke
+def test_robustness_suite_sweeps_each_final_checkpoint(tmp_path, sft_dir, capsys):
+    # the TIR recipe instead of the household one: the shared tiny warm start serves it, and the sweep's path
+    # (final checkpoint → robustness records → retention rows in the report) is the same
+    out = tmp_path / "rob"
+    assert main(["experiment", "robustness", "--scale", "smoke", "--config", "configs/demo.yaml", "--steps", "1",
+                 "--no-progress", "--out", str(out), f"model.path={sft_dir}"]) == 0, capsys.readouterr().err
+    data = json.loads((out / "report.json").read_text())
+    assert list(data["arms"]) == ["grpo/recipe", "sprpo/recipe", "seq_alp/recipe"]
+    for arm in data["arms"].values():
+        rows = {r["condition"]: r for r in arm["robustness"]}
+        assert "clean@0.0" in rows and "quant@int4" in rows and all(r["problems"] == 2 for r in rows.values())
+        assert all(r["ci_lo"] <= r["success"] <= r["ci_hi"] for r in rows.values())
+    assert "Robustness of the final checkpoints" in (out / "report.md").read_text()
+    assert (out / "grpo__recipe__seed0" / "robustness" / "robustness.html").is_file()
