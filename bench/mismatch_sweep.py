@@ -4,8 +4,9 @@ For each setting of the mismatch knobs (docs/architecture.md "Mismatch on purpos
 sampler weights, policy lag, mini-batch staleness) one short run of the demo recipe with the same seed, the same
 SFT start and the same tasks, under one algorithm (default grpo), no held-out evaluation. Printed per setting, as
 a Markdown table: the rollout→trainer KL (k3, mean over steps), the r_mis = π_train(θ_old)/μ envelope (P2 and P98
-of the token ratios, mean over steps, and the most extreme min / max over the run), the ratio the loss used (P98)
-and the fraction of its tokens outside the clip band, the mean grad norm and the reward of the first and last step.
+of the token ratios, mean over steps, and the most extreme min / max over the run), on the last mini-batch (the
+most off-policy one) the P98 of r_byp = π_θ/μ and the fraction of the loss ratio's tokens outside the clip band,
+the mean grad norm and the reward of the first and last step.
 A heavy tail is an r_mis P98 far above 1 (or P2 far below) next to a clip fraction that grows. Prints figures only;
 nothing here is asserted in tests.
 
@@ -56,12 +57,13 @@ def row(name: str, records: list[dict]) -> str:
     cells = [mean_of(records, "rollout_corr/k3_kl"),
              mean_of(records, "diag/ratio_mis/p2"), mean_of(records, "diag/ratio_mis/p98"),
              extreme(records, "diag/ratio_mis/min", min), extreme(records, "diag/ratio_mis/max", max),
-             mean_of(records, "diag/ratio_loss/p98"), mean_of(records, "diag/ratio_loss/clip_frac"),
+             mean_of(records, "diag/ratio_byp_last/p98"), mean_of(records, "diag/ratio_loss_last/clip_frac"),
              mean_of(records, "actor/grad_norm"), records[0]["rollout/reward"], records[-1]["rollout/reward"]]
     return f"| {name} | " + " | ".join(f"{c:.3g}" for c in cells) + " |"
 
 
-HEADER = ("| setting | KL k3 | r_mis P2 | r_mis P98 | r_mis min | r_mis max | loss ratio P98 | clip frac | grad norm "
+HEADER = ("| setting | KL k3 | r_mis P2 | r_mis P98 | r_mis min | r_mis max | r_byp P98 (last mb) | clip frac (last mb) "
+          "| grad norm "
           "| reward first | reward last |\n|---|" + "---|" * 10)
 
 
@@ -73,6 +75,8 @@ def main() -> None:
     ap.add_argument("--algorithm", default="grpo")
     ap.add_argument("--settings", default="", help="comma-separated names of SETTINGS to run (default: all)")
     ap.add_argument("--out", default="", help="also write the table to this Markdown file")
+    ap.add_argument("--render", default="", help="comma-separated run dirs of finished settings: print the table "
+                    "from them instead of training")
     ap.add_argument("overrides", nargs="*", help="key=value overrides of configs/demo.yaml")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -85,6 +89,12 @@ def main() -> None:
     unknown = [s for s in chosen if s not in SETTINGS]
     if unknown:
         raise SystemExit(f"--settings: unknown {unknown}; valid: {list(SETTINGS)}")
+    if args.render:  # the table again from finished runs, in SETTINGS order
+        dirs = [Path(d) for d in args.render.split(",")]
+        print(HEADER)
+        for name, run in zip(chosen, dirs, strict=True):
+            print(row(name, read_metrics(run)))
+        return
     lines = [f"{args.algorithm}, {args.steps} steps of configs/demo.yaml from {args.model}, seed 0", "", HEADER]
     print("\n".join(lines), flush=True)
     for name in chosen:

@@ -221,6 +221,13 @@ class AlgoConfig:
     """Reject a whole sequence if any token has v < corr_veto_threshold (older verl, slime)."""
     corr_veto_threshold: float = 1e-4
     """Per-token veto threshold on v."""
+    rollout_rs: str = ""
+    """Rejection by divergence of π_train(θ_old) from μ (verl rollout_rs), comma-separated options that must all
+    pass: token_k1..3, seq_sum_k1..3, seq_mean_k1..3 (seq_mean_k1: geometric-mean band), seq_max_k2, seq_max_k3;
+    empty: off. Rejected tokens leave m′ (trainer/rejection.py)."""
+    rollout_rs_threshold: str = ""
+    """verl rollout_rs_threshold: one for all options or one per option; k1: ratio bounds L:U (or verl's L_U,
+    quoted: YAML reads an unquoted 0.5_1 as 0.51; or U alone, L = 1/U), k2/k3: an upper bound on the statistic."""
     corr_batch_norm: bool = False
     """Divide w by its batch mean (valid tokens at token level, non-empty rows at seq/geo level)."""
     mipu_screen: bool = False
@@ -484,7 +491,10 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override '{item}' is not key=value (example: optim.lr=1e-4)")
         key, raw = item.split("=", 1)
-        flat[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        if isinstance(value, int | float) and not isinstance(value, bool) and any(c in raw for c in "_:"):
+            value = raw.strip()  # YAML 1.1 reads 0.5_1 as 0.51 and 2:30 as 150; a numeric key still parses it
+        flat[key.strip()] = value
     return _nest(flat)
 
 

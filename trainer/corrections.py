@@ -10,6 +10,8 @@ detached weights `w` and a rejection mask `m′ = m ⊙ keep`; the loss is `agg(
   unless set (the released TIR scripts; their code's unset default 1/U is not used).
 - mis, `verl` semantics (verl rollout_corr_helper.py = ALP single-turn code): `w = min(v, C)`,
   `keep = 1[L ≤ v ≤ C]`, `m′ = m·keep`, L = 1/C unless set: rejected tokens/sequences leave the denominator.
+- rejection by divergence (optional, `rollout_rs`): verl's token / seq_sum / seq_mean / seq_max options on
+  k1 / k2 / k3 of Δ_mis (`trainer/rejection.py`); rejected tokens leave m′ whatever the correction.
 - veto (optional): a sequence with any token `v_bt < threshold` is rejected, following the semantics
   (paper: weight 0, verl: leaves m′). batch norm (optional): `w / mean(w)` over the tokens of m′ (token
   level) or the non-empty rows (seq/geo), when that mean > 1e-8 — verl averages over m before rejection;
@@ -46,6 +48,7 @@ import torch
 from torch import Tensor
 
 from trainer.losses import LOG_RATIO_CLAMP, RATIO_LEVELS, masked_fill_zero, masked_mean
+from trainer.rejection import divergence_rejection, parse_rs
 
 CORRECTIONS = ("none", "tis", "mis")
 MIS_SEMANTICS = ("paper", "verl")
@@ -108,7 +111,8 @@ def _check(correction: str, level: str, semantics: str, upper: float, lower: flo
 def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, correction: str = "none",
                        corr_level: str = "token", corr_upper: float = 5.0, corr_lower: float | None = None,
                        mis_semantics: str = "paper", corr_k1_quirk: bool = False, corr_veto: bool = False,
-                       corr_veto_threshold: float = 1e-4, corr_batch_norm: bool = False) -> Correction:
+                       corr_veto_threshold: float = 1e-4, corr_batch_norm: bool = False, rollout_rs: str = "",
+                       rollout_rs_threshold: str = "") -> Correction:
     """Weights w and rejection mask m′ for one rollout batch; inputs (B, T), see the module docstring.
 
     corr_lower None means the semantics' default: 0 for `paper` (the ALP TIR scripts), 1/C for `verl`.
@@ -146,6 +150,10 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
     if corr_veto:
         weights, keep, veto_metrics = _veto(delta, m, weights, keep, corr_veto_threshold, mis_semantics)
         metrics |= veto_metrics
+    if rollout_rs:  # verl's rejection by divergence (trainer/rejection.py): rejected tokens leave m′
+        rs_keep, rs_metrics = divergence_rejection(delta, m, parse_rs(rollout_rs, rollout_rs_threshold))
+        keep = keep * rs_keep
+        metrics |= rs_metrics
     if corr_batch_norm:
         weights, factor = _batch_normalize(weights, keep, corr_level)
         metrics["rollout_corr/rollout_is_batch_norm_factor"] = factor

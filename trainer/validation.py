@@ -54,6 +54,7 @@ from envs.tir.tasks import DIFFICULTIES
 from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
 from trainer.errors import ConfigError
 from trainer.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
+from trainer.rejection import parse_rs
 from trainer.sampler_mismatch import parse_sampler_quant
 
 Check = tuple[str, str, Callable[[Any], bool]]
@@ -272,6 +273,18 @@ def _budget_rules(cfg: Any) -> list[str]:
     return out
 
 
+def _rejection_rules(cfg: Any) -> list[str]:
+    a = cfg.algo
+    try:  # trainer/rejection.py's parser, the one compute_correction uses
+        parse_rs(a.rollout_rs, a.rollout_rs_threshold)
+    except ValueError as exc:
+        return [str(exc)]
+    if a.rollout_rs_threshold and not a.rollout_rs:
+        return [f"algo.rollout_rs_threshold={a.rollout_rs_threshold!r} is set but algo.rollout_rs is empty; name the "
+                "options it bounds (e.g. algo.rollout_rs=seq_mean_k1) or clear the threshold"]
+    return []
+
+
 def _sampler_rules(cfg: Any) -> list[str]:
     r, out = cfg.rollout, []
     try:  # trainer/sampler_mismatch.py's parser, the one build_components uses
@@ -306,7 +319,7 @@ def _perturb_rules(cfg: Any) -> list[str]:
 def validate_config(cfg: Any) -> None:
     """Raise one `ConfigError` listing every violation in `cfg` (see the module docstring); None if valid."""
     problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_dataset_rules(cfg), *_algo_rules(cfg),
-                *_budget_rules(cfg), *_sampler_rules(cfg), *_perturb_rules(cfg)]
+                *_budget_rules(cfg), *_sampler_rules(cfg), *_rejection_rules(cfg), *_perturb_rules(cfg)]
     if problems:
         raise ConfigError("; ".join(problems))
 
