@@ -36,7 +36,7 @@ def test_every_suite_plans_cells_whose_configs_validate(tmp_path):
 
 def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
     alp = plan_of("alp", "--scale", "smoke", "--seeds", "0,1", "--out", str(tmp_path / "a"))
-    assert alp.comparisons() == [(f"{m}/sampler_int8", "grpo/sampler_int8") for m in ALP_METHODS[1:]]
+    assert alp.comparisons() == [(f"{m}/lag2", "grpo/lag2") for m in ALP_METHODS[1:]]
     assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 12
     layers = plan_of("layers", "--scale", "smoke", "--out", str(tmp_path / "l"))
     assert [b for _, b in layers.comparisons()] == ["seq_alp/layers_all"] * 4
@@ -51,7 +51,7 @@ def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
     (["alp", "--seeds", "0,x"], "--seeds '0,x': expected distinct non-negative integers"),
     (["alp", "--seeds", "1,1"], "--seeds '1,1'"),
     (["alp", "--scale", "huge"], "unknown --scale 'huge'; valid: smoke, default, full"),
-    (["alp", "rollout.sampler_quant=int4"], "the alp suite sets rollout.sampler_quant itself"),
+    (["alp", "rollout.policy_lag=1"], "the alp suite sets rollout.policy_lag itself"),
     (["alp", "seed=3"], "sets seed itself"),
     (["alp", "eval_tasks=0"], "eval_tasks=0: an experiment compares held-out success"),
 ])
@@ -88,12 +88,12 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     for name in ("report.html", "report.json", "report.md"):
         assert (out / name).stat().st_size > 0
     data = json.loads((out / "report.json").read_text())
-    assert list(data["arms"]) == [f"{m}/sampler_int8" for m in ALP_METHODS]
+    assert list(data["arms"]) == [f"{m}/lag2" for m in ALP_METHODS]
     assert data["cells_finished"] == data["cells_planned"] == 6 and data["start"] == str(sft_dir)
     for arm in data["arms"].values():
         assert arm["ci_lo"] <= arm["success"] <= arm["ci_hi"] and arm["problems"] == 4
         assert set(arm["pass_at_k"]) == {"1", "2"} and arm["training"]["mismatch_kl_mean"] is not None
-    assert [c["baseline"] for c in data["comparisons"]] == ["grpo/sampler_int8"] * 5
+    assert [c["baseline"] for c in data["comparisons"]] == ["grpo/lag2"] * 5
     for c in data["comparisons"]:
         assert c["ci_lo"] <= c["diff"] <= c["ci_hi"] and c["verdict"] in ("better", "worse", "inside the noise")
         assert c["summary"].startswith("At this scale") and c["arm"] in c["summary"]
