@@ -18,9 +18,6 @@ scalar `s_l` per layer. Usage (the only place in alprl that touches hidden state
   seed, giving `∂L/∂s_l = σ_l·Σ(∂L/∂h̃_l ⊙ ε_l)` exactly (the ALP code micro-checkpoints the injection for
   the same reason). On CPU ε is kept instead (one (N, D) tensor per layer): there the serial mt19937 draw,
   not memory, is the cost (bench/alp_overhead.py), and the regenerated ε would be the same tensor.
-- Prefetch (CPU, when a core is spare: fewer torch threads than cores, as the single-threaded demo): at the first
-  perturbed layer of a forward, one background thread draws the later layers' ε in order while the layers
-  compute; each draw seeds its own generator with that layer's seed, so ε is the tensor the layer would draw.
 - Checkpointing: in transformers ≥ 5 the checkpointed `forward` runs inside the hooks, so the recompute
   reuses h̃; older versions re-run the hook, which re-seeds and redraws identical noise. Either way run
   `backward()` inside `active()` so a re-run hook is still attached.
@@ -36,10 +33,7 @@ Legend: L selected layers, N tokens of the micro-batch (B·S), D hidden size.
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
@@ -95,54 +89,6 @@ def _noise(like: Tensor, seed: int, gen: torch.Generator) -> Tensor:
     return torch.randn(like.shape, generator=gen, dtype=like.dtype, device=like.device)
 
 
-class _NoisePrefetch:
-    """ε of the later layers of one forward, drawn in order on one background thread (CPU only)."""
-
-    _pool: ThreadPoolExecutor | None = None
-    _lock = threading.Lock()
-
-    def __init__(self) -> None:
-        self._pending: dict[int, Future] = {}
-
-    @classmethod
-    def _executor(cls) -> ThreadPoolExecutor:
-        with cls._lock:  # one thread for the process: its generator is never used by two draws at once
-            if cls._pool is None:
-                cls._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alp-noise")
-                cls._gen = torch.Generator()
-            return cls._pool
-
-    def start(self, like: Tensor, seeds: list[int]) -> None:
-        pool = self._executor()
-        shape, dtype = like.shape, like.dtype
-        for seed in seeds:
-            if seed not in self._pending:
-                self._pending[seed] = pool.submit(self._draw, shape, dtype, seed)
-
-    @classmethod
-    def _draw(cls, shape: torch.Size, dtype: torch.dtype, seed: int) -> Tensor:
-        cls._gen.manual_seed(seed)
-        return torch.randn(shape, generator=cls._gen, dtype=dtype)
-
-    def take(self, like: Tensor, seed: int) -> Tensor | None:
-        """The prefetched ε(seed) if one of like's shape and dtype is pending, else None (draw it yourself)."""
-        future = self._pending.pop(seed, None)
-        if future is None:
-            return None
-        eps = future.result()
-        return eps if eps.shape == like.shape and eps.dtype == like.dtype else None
-
-    def drain(self) -> None:
-        """Wait for what is still being drawn and drop it (a forward that stopped early, an exception)."""
-        for future in self._pending.values():
-            future.cancel() or future.exception()
-        self._pending.clear()
-
-
-def _spare_core() -> bool:
-    return torch.get_num_threads() < (os.cpu_count() or 1)
-
-
 class _AddSeededNoise(torch.autograd.Function):
     """h̃ = h + exp(s)·ε(seed); on accelerators ε is regenerated in backward instead of being saved.
 
@@ -151,18 +97,16 @@ class _AddSeededNoise(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, log_sigma: Tensor, seed: int, gen: torch.Generator,
-                eps: Tensor | None = None) -> Tensor:
-        """`eps`: ε(seed) when it was drawn already (prefetched), else drawn here."""
+    def forward(ctx, h: Tensor, log_sigma: Tensor, seed: int, gen: torch.Generator) -> Tensor:
         sigma = log_sigma.exp()
-        eps = _noise(h, seed, gen) if eps is None else eps
+        eps = _noise(h, seed, gen)
         keep = h.device.type == "cpu" and ctx.needs_input_grad[1]
         ctx.save_for_backward(sigma, eps if keep else None)
         ctx.seed, ctx.gen = seed, gen
         return torch.addcmul(h, eps, sigma.to(h.dtype))  # one fused kernel, no σ·ε temporary
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
         sigma, eps = ctx.saved_tensors
         grad_s = None
         if ctx.needs_input_grad[1]:
@@ -172,7 +116,7 @@ class _AddSeededNoise(torch.autograd.Function):
             if g.dtype not in (torch.float32, torch.float64):  # accumulate bf16/fp16 products in fp32
                 g, e = g.float(), e.float()
             grad_s = (sigma * torch.dot(g, e)).to(sigma.dtype)  # σ·Σ(∂L/∂h̃ ⊙ ε), no product tensor
-        return grad_out, grad_s, None, None, None
+        return grad_out, grad_s, None, None
 
 
 class LayerwisePerturbation(nn.Module):
@@ -181,11 +125,10 @@ class LayerwisePerturbation(nn.Module):
     model: the HF causal LM (held by reference, never registered as a submodule).
     layers: `all` or inclusive ranges (`0-5,12-17`); ignored with `logits_only`.
     sigma_init: σ0 ≥ 0; 0 gives σ ≡ 0 exactly (only with learnable=False: AdamW decay would turn −inf to NaN).
-    prefetch: draw later layers' ε on a background thread on CPU; None: when a core is spare.
     """
 
     def __init__(self, model: nn.Module, layers: str | list[int] = "all", sigma_init: float = 1e-6,
-                 learnable: bool = True, logits_only: bool = False, prefetch: bool | None = None) -> None:
+                 learnable: bool = True, logits_only: bool = False) -> None:
         super().__init__()
         if sigma_init < 0 or (learnable and sigma_init == 0):
             raise ValueError(f"perturb.sigma_init must be > 0 (or 0 with learnable=false), got {sigma_init}")
@@ -203,9 +146,6 @@ class LayerwisePerturbation(nn.Module):
         else:
             self.register_buffer("log_sigma", init)
         self._active = False
-        self._prefetch_opt = prefetch
-        self._prefetch: _NoisePrefetch | None = None  # inside active(), when prefetching
-        self._later_seeds: list[int] = []  # seeds of the perturbed layers after the first, in forward order
         self._gens: dict[torch.device, torch.Generator] = {}  # one per device, re-seeded at every draw
         self._checked, self._changed = 0, 0  # Python int; a device tensor once counted (no host sync per call)
 
@@ -223,13 +163,7 @@ class LayerwisePerturbation(nn.Module):
         gen = self._gens.get(h.device)
         if gen is None:
             gen = self._gens[h.device] = torch.Generator(device=h.device)
-        eps = None
-        if self._prefetch is not None and h.device.type == "cpu":
-            if slot == 0:  # the first perturbed layer: the later ones' ε are drawn meanwhile
-                self._prefetch.start(h, self._later_seeds)
-            else:
-                eps = self._prefetch.take(h, seed)
-        out = _AddSeededNoise.apply(h, self.log_sigma[slot].to(h.device), seed, gen, eps)
+        out = _AddSeededNoise.apply(h, self.log_sigma[slot].to(h.device), seed, gen)
         with torch.no_grad():  # σ0 = 1e-6 under bf16 rounds back to h: count how often it does not
             step = max(1, h.numel() // EFFECTIVE_SAMPLE)
             flat_h = h.reshape(-1)[::step]  # (≤ EFFECTIVE_SAMPLE,)
@@ -262,16 +196,10 @@ class LayerwisePerturbation(nn.Module):
                 for slot, idx in enumerate(self.layer_ids):
                     handles.append(layers[idx].register_forward_pre_hook(
                         self._layer_hook(slot, seed + idx), with_kwargs=True))
-                prefetch = _spare_core() if self._prefetch_opt is None else self._prefetch_opt
-                if prefetch and len(self.layer_ids) > 1:
-                    self._prefetch, self._later_seeds = _NoisePrefetch(), [seed + i for i in self.layer_ids[1:]]
             yield self
         finally:
             for handle in handles:
                 handle.remove()
-            if self._prefetch is not None:
-                self._prefetch.drain()
-                self._prefetch = None
             self._active = False
 
     def sigmas(self) -> Tensor:

@@ -279,7 +279,7 @@ def test_kept_noise_on_cpu_gives_the_regenerated_gradient(monkeypatch):
     real = module._noise
     monkeypatch.setattr(module, "_noise", lambda like, seed, gen: draws.append(seed) or real(like, seed, gen))
     model = _model(torch.float64)
-    pert = LayerwisePerturbation(model, sigma_init=0.05, prefetch=False).double()  # every draw on this thread
+    pert = LayerwisePerturbation(model, sigma_init=0.05).double()
     with pert.active(seed=9):
         _logp(model).mean().backward()
     kept, grad_kept = len(draws), pert.log_sigma.grad.clone()
@@ -289,8 +289,8 @@ def test_kept_noise_on_cpu_gives_the_regenerated_gradient(monkeypatch):
 
     class Redraw(keep):  # the accelerator path, forced on CPU
         @staticmethod
-        def forward(ctx, h, log_sigma, seed, gen, eps=None):
-            out = keep.forward(ctx, h, log_sigma, seed, gen, eps)
+        def forward(ctx, h, log_sigma, seed, gen):
+            out = keep.forward(ctx, h, log_sigma, seed, gen)
             ctx.save_for_backward(log_sigma.exp(), None)
             return out
 
@@ -300,25 +300,3 @@ def test_kept_noise_on_cpu_gives_the_regenerated_gradient(monkeypatch):
         _logp(model).mean().backward()
     assert len(draws) == kept + 4  # forward and backward draw for each layer
     assert torch.allclose(pert.log_sigma.grad, grad_kept, rtol=1e-12, atol=0)
-
-
-def test_prefetched_noise_is_the_layers_own_draw(monkeypatch):
-    # On CPU with a spare core the later layers' ε come from a background thread: the same tensors, so the
-    # same logits and ∂L/∂s as drawing each at its layer; only the first layer draws in the forward itself
-    import agents.perturbation as module
-
-    draws = []
-    real = module._noise
-    monkeypatch.setattr(module, "_noise", lambda like, seed, gen: draws.append(seed) or real(like, seed, gen))
-    out = {}
-    for prefetch in (False, True):
-        model = _model(torch.float64, layers=4)
-        pert = LayerwisePerturbation(model, sigma_init=0.05, prefetch=prefetch).double()
-        draws.clear()
-        with pert.active(seed=noise_seed(5)):
-            logp = _logp(model)
-            logp.mean().backward()
-        out[prefetch] = (logp.detach(), pert.log_sigma.grad.clone(), len(draws))
-        assert _no_hooks(model)
-    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
-    assert out[False][2] == 4 and out[True][2] == 1
