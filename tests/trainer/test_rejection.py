@@ -85,3 +85,14 @@ def test_a_run_with_rejection_trains_and_logs_its_fractions(tmp_path, sft_dir):
     rec = read_metrics(tmp_path)[0]
     assert 0 <= rec["rollout_corr/rs_masked_fraction"] <= 1 and math.isfinite(rec["loss/policy"])
     assert "rollout_corr/rollout_rs_seq_mean_k1_seq_masked_fraction" in rec
+
+
+def test_icepop_preset_masks_the_ratio_outside_half_to_five_and_weights_by_it_inside():
+    from trainer.objective import correction_kwargs
+
+    algo = build_config(None, ["algorithm=icepop"]).algo
+    rho = torch.tensor([[0.3, 1.0, 2.0, 6.0]])  # π_train(θ_old)/μ per token
+    old = torch.full((1, 4), -1.0)
+    corr = compute_correction(old, old - rho.log(), torch.ones(1, 4), **correction_kwargs(algo))
+    assert corr.weights.tolist()[0] == pytest.approx([0.0, 1.0, 2.0, 0.0], abs=1e-6)
+    assert corr.keep.tolist() == [[1.0, 1.0, 1.0, 1.0]]  # masked tokens stay in the token-mean denominator
