@@ -187,6 +187,29 @@ def gspo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tenso
     return _apply_weights(per_token, weights), metrics
 
 
+def cispo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+          weights: Tensor | None = None, clip_low: float = 1.0,
+          clip_high: float = 4.0) -> tuple[Tensor, dict[str, float]]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585 eq. 4): REINFORCE on log π_θ weighted by the clipped, stop-gradient
+    token ratio, ℓ = −sg(clip(r, 1 − ε_lo, 1 + ε_hi))·A·log π_θ with r = π_θ/π_θold.
+
+    Unlike PPO's clip no token loses its gradient: the weight is bounded, the log-prob term is not. The paper
+    sets no lower bound (ε_lo large; 1.0 here: r ≥ 0) and tunes ε_hi only. `rollout_logp` is unused (the mismatch
+    enters through `weights`, as for ppo_clip).
+    """
+    log_ratio = masked_fill_zero(logp - old_logp, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    ratio = torch.exp(log_ratio) * mask
+    weight = ratio.detach().clamp(1.0 - clip_low, 1.0 + clip_high)  # (B, T) sg(r̂)
+    per_token = masked_fill_zero(-weight * advantages * masked_fill_zero(logp, mask), mask)
+    with torch.no_grad():
+        m = mask.to(ratio.dtype)
+        high, low = (ratio > 1 + clip_high).to(m.dtype), (ratio < 1 - clip_low).to(m.dtype)
+        metrics = {"clip_high": masked_mean(high, m).item(), "clip_low": masked_mean(low, m).item(),
+                   "pg_clipfrac": masked_mean(high + low, m).item(), "out_of_band": masked_mean(high + low, m).item(),
+                   "ppo_kl": masked_mean(-log_ratio, m).item(), "ratio_mean": masked_mean(ratio, m).item()}
+    return _apply_weights(per_token, weights), metrics
+
+
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tensor:
     """Per-token KL-to-reference estimate (verl kl_penalty; http://joschu.net/blog/kl-approx.html), (B, T).
 
@@ -253,6 +276,7 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "bypass": bypass,
     "gspo": gspo,
     "quatro": quatro,
+    "cispo": cispo,
 }
 
 # Aggregation a loss is only correct with (the objective refuses any other `loss_agg`).

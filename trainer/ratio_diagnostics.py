@@ -59,6 +59,7 @@ LOSS_RATIO: dict[str, tuple[str, str | None, float]] = {
     "bypass": ("rollout", None, LOG_RATIO_CLAMP),
     "gspo": ("old", "geo", GSPO_LOG_RATIO_MAX),
     "quatro": ("old", None, LOG_RATIO_CLAMP),
+    "cispo": ("old", "token", LOG_RATIO_CLAMP),
 }
 
 

@@ -21,7 +21,8 @@ trajectories are samples of μ too; rows without sampled tokens are left out of 
 `adv_norm_by_std` / `adv_leave_one_out`; all-degenerate validation gives T̂ = 0 (accepted when c ≥ 0);
 k = step − 1 (iterations before this one, accepted or not); optimizer moments are restored too. There
 is no LR scheduler in alprl; `take_snapshot` / `restore_snapshot` accept one (`state_dict` protocol).
-Departure: the paper's KL-to-reference term (β = 1e-3) is not applied: the TIR loop has no reference model.
+KL to the reference (the paper's β = 1e-3): the preset sets `algo.kl_coef`, the loss term against the frozen starting
+policy (`trainer/reference.py`); the screening itself does not use it.
 
 Legend: B validation trajectories, T response positions.
 """
