@@ -195,6 +195,18 @@ class AlgoConfig:
     """RLOO baseline: subtract the mean of the other group members."""
     entropy_coef: float = 0.0
     """β_H: weight of the entropy bonus (entropy is always logged)."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling (verl filter_groups): drop groups whose rewards are all equal and sample more
+    prompts until the step has rollout.prompts_per_step informative groups (trainer/dapo.py)."""
+    dynamic_max_rounds: int = 3
+    """DAPO: sampling rounds a step may take in all (verl max_num_gen_batches); then it trains on what it has."""
+    overlong_filter: bool = False
+    """DAPO overlong filtering: episodes that ran into rollout.max_response_tokens leave the loss."""
+    overlong_buffer: int = 0
+    """DAPO soft overlong punishment L_cache (tokens): the reward falls linearly over the last L_cache tokens
+    of the response budget, to −overlong_penalty at the budget; 0: off."""
+    overlong_penalty: float = 1.0
+    """DAPO: the soft overlong punishment at the budget itself."""
     kl_coef: float = 0.0
     """β: KL to a frozen reference, the run's starting policy (verl use_kl_loss + kl_loss_coef, TRL beta); 0: off,
     no reference model is loaded. A loss term β·agg(KL) on m′, or with `kl_in_reward` a reward penalty."""

@@ -30,6 +30,7 @@ from trainer.algorithms.quatro import quatro_targets
 from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from trainer.components import Components, build_components
 from trainer.config import TrainConfig, to_dict
+from trainer.dapo import collect_dynamic, overlong_shaping
 from trainer.logger import MetricLogger
 from trainer.metrics import mean_of, rollout_metrics
 from trainer.mismatch_metrics import mismatch_diagnostics
@@ -60,9 +61,22 @@ def seed_everything(seed: int) -> None:
 
 def collect_rollouts(c: Components, cfg: TrainConfig, step: int) -> list[Trajectory]:
     """All randomness of step k derives from (seed, k), so a resumed run replays step k+1 exactly."""
+    return collect_step(c, cfg, step)[0]
+
+
+def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+    """The step's rollouts and their sampling metrics; with `algo.dynamic_sampling` zero-variance groups are
+    dropped and refilled (trainer/dapo.py)."""
     specs = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
-    return run_episodes(c.engine, c.agent, c.envs, specs, rollout_limits(cfg),
-                        seed=derive_seed("rollout", cfg.seed, step), pool=c.pool)
+    limits = rollout_limits(cfg)
+
+    def run(batch_specs: list, seed: int) -> list[Trajectory]:
+        return run_episodes(c.engine, c.agent, c.envs, batch_specs, limits, seed=seed, pool=c.pool)
+
+    seed = derive_seed("rollout", cfg.seed, step)
+    if cfg.algo.dynamic_sampling:
+        return collect_dynamic(cfg, step, specs, run, seed)
+    return run(specs, seed), {}
 
 
 def compute_advantages(batch: Batch, cfg: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
@@ -100,13 +114,17 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
 
 
 def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int) -> StepResult:
-    return learn(c, cfg, algos, collect_rollouts(c, cfg, step), step)
+    trajs, sampling = collect_step(c, cfg, step)
+    result = learn(c, cfg, algos, trajs, step)
+    result.metrics |= sampling
+    return result
 
 
 def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int) -> StepResult:
     """Everything of a step after its rollouts: advantages, θ_old log-probs, corrections, the update, weight sync."""
+    metrics = rollout_metrics(trajs)  # the episodes' own rewards, before any shaping
+    metrics |= overlong_shaping(cfg, trajs)  # DAPO's overlong filter and soft punishment (no-op when off)
     batch = collate(trajs, c.tokenizer.pad_token_id)
-    metrics = rollout_metrics(trajs)
     batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
     if c.reference is not None:  # KL to the frozen start (algo.kl_coef): its log-probs beside θ_old's
         batch.ref_logp = reference_logprobs(c.reference, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)

@@ -108,6 +108,9 @@ RANGES: tuple[Check, ...] = (
     ("algo.mipu_val_prompts", ">= 0 (0: rollout.prompts_per_step)", lambda v: v >= 0),
     ("algo.mipu_anneal_steps", ">= 0", lambda v: v >= 0),
     ("algo.kl_coef", ">= 0 (0: no KL to a reference)", lambda v: v >= 0),
+    ("algo.dynamic_max_rounds", ">= 1", lambda v: v >= 1),
+    ("algo.overlong_buffer", ">= 0 (0: no soft overlong punishment)", lambda v: v >= 0),
+    ("algo.overlong_penalty", ">= 0", lambda v: v >= 0),
     ("algo.mipu_rollback_window", ">= 1", lambda v: v >= 1),
     ("algo.quatro_delta", ">= 0 (0: off)", lambda v: v >= 0),
     ("algo.quatro_lambda_min", "> 0", lambda v: v > 0),  # trainer/algorithms/quatro.py solve_duals
@@ -273,6 +276,17 @@ def _budget_rules(cfg: Any) -> list[str]:
     return out
 
 
+def _dapo_rules(cfg: Any) -> list[str]:
+    a, r, out = cfg.algo, cfg.rollout, []
+    if a.dynamic_sampling and r.group_size < 2:
+        out.append(f"algo.dynamic_sampling drops groups whose rewards are all equal; with rollout.group_size="
+                   f"{r.group_size} every group is; use group_size >= 2")
+    if a.overlong_buffer >= r.max_response_tokens:
+        out.append(f"algo.overlong_buffer={a.overlong_buffer} must be below rollout.max_response_tokens="
+                   f"{r.max_response_tokens} (the punishment ramps over the budget's last overlong_buffer tokens)")
+    return out
+
+
 def _rejection_rules(cfg: Any) -> list[str]:
     a = cfg.algo
     try:  # trainer/rejection.py's parser, the one compute_correction uses
@@ -319,7 +333,8 @@ def _perturb_rules(cfg: Any) -> list[str]:
 def validate_config(cfg: Any) -> None:
     """Raise one `ConfigError` listing every violation in `cfg` (see the module docstring); None if valid."""
     problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_dataset_rules(cfg), *_algo_rules(cfg),
-                *_budget_rules(cfg), *_sampler_rules(cfg), *_rejection_rules(cfg), *_perturb_rules(cfg)]
+                *_budget_rules(cfg), *_sampler_rules(cfg), *_rejection_rules(cfg), *_dapo_rules(cfg),
+                *_perturb_rules(cfg)]
     if problems:
         raise ConfigError("; ".join(problems))
 
