@@ -97,7 +97,7 @@ RANGES: tuple[Check, ...] = (
     ("rollout.max_model_len", ">= 0 (0: the model's)", lambda v: v >= 0),
     ("rollout.sampler_quant_group", ">= 0 (0: one scale per output channel)", lambda v: v >= 0),
     ("rollout.policy_lag", ">= 0 (0: on-policy sampler)", lambda v: v >= 0),
-    ("algo.clip_low", "0 < clip_low < 1 (the lower clip is 1 - clip_low)", lambda v: 0 < v < 1),
+    ("algo.clip_low", "0 < clip_low <= 1 (the lower clip is 1 - clip_low; 1: no lower clip)", lambda v: 0 < v <= 1),
     ("algo.clip_high", "> 0", lambda v: v > 0),
     ("algo.clip_dual", "> 1 (dual-clip constant c)", lambda v: v > 1),  # trainer/losses.py dual_clip_surrogate
     ("algo.loss_agg_norm_len", ">= 0 (0: rollout.max_response_tokens)", lambda v: v >= 0),
