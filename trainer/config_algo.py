@@ -57,7 +57,8 @@ class AlgoConfig:
     correction: str = "none"
     """Rollout-mismatch correction weights (reference §3.2): none | tis (truncate) | mis (mask)."""
     corr_level: str = "token"
-    """Level of the correction value v = π_train(θ_old)/μ: token | seq (product) | geo."""
+    """Level of the correction value v = π_train(θ_old)/μ: token | seq (product) | geo | turn (product over each
+    turn of a multi-turn episode) | turn_geo (per-turn geometric mean; ROLL's segment IS)."""
     corr_upper: float = 5.0
     """C (= U): TIS truncation / MIS upper bound on v (ALP TIR scripts 5; verl's config default is 2)."""
     corr_lower: float | None = None

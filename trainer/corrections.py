@@ -1,7 +1,8 @@
 """Rollout-mismatch correction weights (TIS / MIS), computed once per rollout batch (reference §3.2).
 
 The correction value is `v = π_train(θ_old)/μ`, from `Δ_mis = old_logp − rollout_logp` (no grad) at
-`corr_level`: token `exp⟦Δ_bt⟧`, seq `exp⟦Σ_t m Δ_bt⟧`, geo `exp⟦mean_t Δ_bt⟧` (broadcast). It yields
+`corr_level`: token `exp⟦Δ_bt⟧`, seq `exp⟦Σ_t m Δ_bt⟧`, geo `exp⟦mean_t Δ_bt⟧` (broadcast), turn / turn_geo
+the same product / mean over each turn of a multi-turn episode (a maximal run of sampled tokens). It yields
 detached weights `w` and a rejection mask `m′ = m ⊙ keep`; the loss is `agg(w ⊙ ℓ, m′)`.
 
 - tis: `w = min(v, C)`, `m′ = m` (TIS, https://fengyao.notion.site/off-policy-rl).
@@ -51,6 +52,7 @@ from trainer.losses import LOG_RATIO_CLAMP, RATIO_LEVELS, masked_fill_zero, mask
 from trainer.rejection import divergence_rejection, parse_rs
 
 CORRECTIONS = ("none", "tis", "mis")
+CORR_LEVELS = (*RATIO_LEVELS, "turn", "turn_geo")  # the per-turn levels exist for the correction value only
 MIS_SEMANTICS = ("paper", "verl")
 
 
@@ -75,12 +77,36 @@ def correction_log_value(delta: Tensor, mask: Tensor, level: str) -> tuple[Tenso
     """
     if level == "token":
         return delta, None
+    if level in ("turn", "turn_geo"):
+        return turn_log_value(delta, mask, geo=level == "turn_geo"), None
     row = delta.sum(-1)  # (B,)
     if level == "geo":
         row = row / mask.sum(-1).clamp(min=1.0)
     elif level != "seq":
-        raise ValueError(f"unknown corr_level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+        raise ValueError(f"unknown corr_level {level!r}; valid: {', '.join(CORR_LEVELS)}")
     return row[:, None].expand_as(delta), row
+
+
+def turn_segments(mask: Tensor) -> Tensor:
+    """(B, T) index of each sampled token's turn within its row (−1 where m = 0): a turn is a maximal run of
+    sampled tokens, which the rollout separates by the observation tokens it appends (m = 0)."""
+    m = mask > 0
+    starts = m & ~torch.cat([torch.zeros_like(m[:, :1]), m[:, :-1]], dim=1)  # (B, T) first token of a turn
+    return torch.where(m, starts.long().cumsum(-1) - 1, -1)
+
+
+def turn_log_value(delta: Tensor, mask: Tensor, *, geo: bool) -> Tensor:
+    """Per-turn (segment) log v broadcast over the turn's tokens, (B, T): Σ of Δ over the turn, or its mean with
+    `geo` (ROLL's segment IS: a long episode's product no longer collapses the weight of every turn)."""
+    seg = turn_segments(mask)
+    index = seg.clamp(min=0)  # (B, T); a row has at most T turns
+    m = (seg >= 0).to(delta.dtype)
+    sums = torch.zeros_like(delta).scatter_add_(1, index, delta * m)  # (B, T) per-turn Σ Δ at the turn's slot
+    value = sums.gather(1, index)
+    if geo:
+        counts = torch.zeros_like(delta).scatter_add_(1, index, m)
+        value = value / counts.gather(1, index).clamp(min=1.0)
+    return value * m
 
 
 def _log_or_inf(x: float) -> float:
@@ -98,8 +124,8 @@ def in_band(log_v: Tensor, lower: float, upper: float, *, k1_quirk: bool = False
 def _check(correction: str, level: str, semantics: str, upper: float, lower: float) -> None:
     if correction not in CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r}; valid: {', '.join(CORRECTIONS)}")
-    if level not in RATIO_LEVELS:
-        raise ValueError(f"unknown corr_level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
+    if level not in CORR_LEVELS:
+        raise ValueError(f"unknown corr_level {level!r}; valid: {', '.join(CORR_LEVELS)}")
     if semantics not in MIS_SEMANTICS:
         raise ValueError(f"unknown mis_semantics {semantics!r}; valid: {', '.join(MIS_SEMANTICS)}")
     if not upper > 0 or not 0 <= lower <= upper:
@@ -194,7 +220,7 @@ def _veto(delta: Tensor, m: Tensor, weights: Tensor, keep: Tensor, threshold: fl
 
 
 def _batch_normalize(weights: Tensor, keep: Tensor, level: str) -> tuple[Tensor, float]:
-    if level == "token":
+    if level not in ("seq", "geo"):  # token and per-turn values: over tokens
         mean = masked_mean(weights, keep)
     else:
         n = keep.sum(-1)  # (B,)

@@ -51,7 +51,7 @@ from envs.datasets import LAYOUT_NAMES, DatasetError
 from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
-from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
+from trainer.corrections import CORR_LEVELS, CORRECTIONS, MIS_SEMANTICS
 from trainer.errors import ConfigError
 from trainer.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
 from trainer.rejection import parse_rs
@@ -164,7 +164,7 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("algo.upd_level", a.upd_level, RATIO_LEVELS, "a ratio level"),
             *_choice("algo.correction", a.correction, CORRECTIONS, "a correction"),
             *_choice("algo.kl_type", a.kl_type, KL_KINDS, "a KL estimator"),
-            *_choice("algo.corr_level", a.corr_level, RATIO_LEVELS, "a ratio level"),
+            *_choice("algo.corr_level", a.corr_level, CORR_LEVELS, "a correction level"),
             *_choice("algo.mis_semantics", a.mis_semantics, MIS_SEMANTICS, "an MIS semantics"),
             *_choice("rollout.engine", r.engine, ENGINE_KINDS, "a rollout engine"),
             *_choice("rollout.schedule", r.schedule, list(SCHEDULES), "a rollout schedule"),

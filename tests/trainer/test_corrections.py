@@ -163,7 +163,7 @@ def test_nonfinite_rollout_logp_is_masked_and_counted():
 
 
 @pytest.mark.parametrize("bad,needle", [
-    (dict(correction="clip"), "tis"), (dict(corr_level="turn"), "geo"), (dict(mis_semantics="x"), "verl"),
+    (dict(correction="clip"), "tis"), (dict(corr_level="episode"), "turn_geo"), (dict(mis_semantics="x"), "verl"),
     (dict(corr_upper=2.0, corr_lower=3.0), "corr_lower"),
 ])
 def test_bad_settings_raise_one_clear_error(bad, needle):
@@ -206,11 +206,13 @@ def test_every_preset_gives_a_finite_objective_with_gradient(preset):
     batch, logp = _random_batch()
     batch.corr_weights, batch.corr_keep, metrics = prepare_corrections(algo, batch)
     assert all(math.isfinite(v) for v in metrics.values())
+    if algo.kl_coef:  # the reference forward the loop runs beside θ_old's
+        batch.ref_logp = batch.old_logp - 0.05
     rows = torch.arange(len(batch))
     n_tokens, n_seqs = denominators(batch, rows)
     logp = logp.requires_grad_(True)
     loss, loss_metrics = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tokens,
-                                               n_seqs=n_seqs)
+                                               n_seqs=n_seqs, norm_len=logp.shape[1])  # Dr.GRPO's T_norm
     loss.backward()
     assert math.isfinite(loss.item()) and torch.isfinite(logp.grad).all()
     assert (logp.grad[batch.loss_mask == 0] == 0).all()
