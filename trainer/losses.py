@@ -210,6 +210,34 @@ def cispo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tens
     return _apply_weights(per_token, weights), metrics
 
 
+def gmpo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+         weights: Tensor | None = None, clip_low: float = 0.4,
+         clip_high: float = 0.4) -> tuple[Tensor, dict[str, float]]:
+    """GMPO (arXiv 2507.20673): the geometric mean of the token ratios instead of their arithmetic mean.
+
+    Per token, in log space, the PPO-style pessimistic clip: c_t = sgn(A)·min(sgn(A)·log r_t,
+    sgn(A)·clamp(log r_t, −ε_lo, ε_hi)) with r = π_θ/π_θold; per sequence s_b = exp(mean_t c_t) and
+    ℓ_b = −A_b·s_b, broadcast over the row (with grad) so that seq-mean-token-mean (REQUIRED_AGG) gives the
+    sequence loss. The geometric mean is less moved by one outlier token than the arithmetic one.
+    """
+    log_ratio = masked_fill_zero(logp - old_logp, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    sign = torch.sign(advantages)
+    clipped = log_ratio.clamp(-clip_low, clip_high)
+    c = sign * torch.minimum(sign * log_ratio, sign * clipped)  # (B, T); with A = 0 the loss is 0 anyway
+    n = mask.sum(-1, keepdim=True).clamp(min=1.0)  # (B, 1)
+    seq = torch.exp((c * mask).sum(-1, keepdim=True) / n)  # (B, 1) s_b
+    per_token = masked_fill_zero(-advantages * seq, mask)  # (B, T)
+    with torch.no_grad():
+        m = mask.to(log_ratio.dtype)
+        out = ((log_ratio < -clip_low) | (log_ratio > clip_high)).to(m.dtype)
+        rows = mask.sum(-1) > 0
+        metrics = {"pg_clipfrac": masked_mean(out * (c != log_ratio).to(m.dtype), m).item(),
+                   "out_of_band": masked_mean(out, m).item(), "ppo_kl": masked_mean(-log_ratio, m).item(),
+                   "ratio_mean": torch.exp((log_ratio * m).sum(-1) / n[:, 0])[rows].mean().item()
+                   if rows.any() else 1.0}
+    return _apply_weights(per_token, weights), metrics
+
+
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tensor:
     """Per-token KL-to-reference estimate (verl kl_penalty; http://joschu.net/blog/kl-approx.html), (B, T).
 
@@ -277,10 +305,11 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "gspo": gspo,
     "quatro": quatro,
     "cispo": cispo,
+    "gmpo": gmpo,
 }
 
 # Aggregation a loss is only correct with (the objective refuses any other `loss_agg`).
-REQUIRED_AGG: dict[str, str] = {"gspo": "seq-mean-token-mean"}
+REQUIRED_AGG: dict[str, str] = {"gspo": "seq-mean-token-mean", "gmpo": "seq-mean-token-mean"}
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:

@@ -60,6 +60,7 @@ LOSS_RATIO: dict[str, tuple[str, str | None, float]] = {
     "gspo": ("old", "geo", GSPO_LOG_RATIO_MAX),
     "quatro": ("old", None, LOG_RATIO_CLAMP),
     "cispo": ("old", "token", LOG_RATIO_CLAMP),
+    "gmpo": ("old", "geo", LOG_RATIO_CLAMP),
 }
 
 

@@ -47,3 +47,23 @@ def test_trl_delta_is_the_dual_clip_constant():
     trl = -torch.minimum(ratio.clamp(max=delta) * adv, ratio.clamp(0.8, 1.28) * adv) * MASK
     ours, _ = ppo_clip(logp, OLD, OLD, adv, MASK, clip_low=0.2, clip_high=0.28, clip_dual=delta)
     assert ours[0].tolist() == pytest.approx(trl[0].tolist())
+
+
+def test_gmpo_is_minus_advantage_times_the_geometric_mean_of_the_clipped_ratios():
+    from trainer.losses import aggregate, gmpo
+
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    old = torch.zeros(2, 3)
+    log_r = torch.tensor([[0.1, 0.9, 0.0], [-0.6, 0.2, 0.1]])
+    adv = torch.tensor([[1.0], [-2.0]]).expand(2, 3) * mask
+    logp = (old + log_r).requires_grad_(True)
+    per_token, metrics = gmpo(logp, old, old, adv, mask, clip_low=0.4, clip_high=0.4)
+    # A > 0: min(log r, clamp) → 0.1, 0.4; A < 0: max(log r, clamp) → −0.4, 0.2, 0.1
+    s0, s1 = math.exp((0.1 + 0.4) / 2), math.exp((-0.4 + 0.2 + 0.1) / 3)
+    loss = aggregate(per_token, mask, "seq-mean-token-mean")
+    assert loss.item() == pytest.approx((-1.0 * s0 + 2.0 * s1) / 2, rel=1e-6)
+    loss.backward()
+    # only the unclipped tokens carry gradient: ∂ℓ_b/∂log π_t = −A_b·s_b/n_b, /2 for the mean over rows
+    assert logp.grad[0].tolist() == pytest.approx([-s0 / 2 / 2, 0.0, 0.0])
+    assert logp.grad[1].tolist() == pytest.approx([0.0, 2.0 * s1 / 3 / 2, 2.0 * s1 / 3 / 2])
+    assert metrics["out_of_band"] == pytest.approx(2 / 5)
