@@ -210,6 +210,16 @@ def cispo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tens
     return _apply_weights(per_token, weights), metrics
 
 
+def is_reinforce(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                 weights: Tensor | None = None, clip_low: float = 1.0,
+                 clip_high: float = 1.0) -> tuple[Tensor, dict[str, float]]:
+    """Importance-sampled REINFORCE in bypass mode (verl's bypass + reinforce): ℓ = −sg(clip(π_θ/μ, 1 − ε_lo,
+    1 + ε_hi))·A·log π_θ — CISPO's form with the sampler μ as the denominator, so one truncated IS weight
+    corrects both the staleness and the mismatch. `old_logp` is unused."""
+    return cispo(logp, rollout_logp, rollout_logp, advantages, mask, weights=weights, clip_low=clip_low,
+                 clip_high=clip_high)
+
+
 def gmpo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
          weights: Tensor | None = None, clip_low: float = 0.4,
          clip_high: float = 0.4) -> tuple[Tensor, dict[str, float]]:
@@ -306,6 +316,7 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "quatro": quatro,
     "cispo": cispo,
     "gmpo": gmpo,
+    "is_reinforce": is_reinforce,
 }
 
 # Aggregation a loss is only correct with (the objective refuses any other `loss_agg`).

@@ -61,6 +61,7 @@ LOSS_RATIO: dict[str, tuple[str, str | None, float]] = {
     "quatro": ("old", None, LOG_RATIO_CLAMP),
     "cispo": ("old", "token", LOG_RATIO_CLAMP),
     "gmpo": ("old", "geo", LOG_RATIO_CLAMP),
+    "is_reinforce": ("rollout", "token", LOG_RATIO_CLAMP),
 }
 
 

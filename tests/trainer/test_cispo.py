@@ -67,3 +67,13 @@ def test_gmpo_is_minus_advantage_times_the_geometric_mean_of_the_clipped_ratios(
     assert logp.grad[0].tolist() == pytest.approx([-s0 / 2 / 2, 0.0, 0.0])
     assert logp.grad[1].tolist() == pytest.approx([0.0, 2.0 * s1 / 3 / 2, 2.0 * s1 / 3 / 2])
     assert metrics["out_of_band"] == pytest.approx(2 / 5)
+
+
+def test_is_reinforce_weights_by_the_truncated_ratio_to_the_sampler():
+    from trainer.losses import is_reinforce
+
+    rollout = torch.tensor([[-1.5, -2.0, -0.1, 0.0]])  # μ's log-probs; the trainer's old_logp plays no part
+    logp = (rollout + torch.tensor([[math.log(0.5), 0.0, math.log(3.0), 0.0]])).requires_grad_(True)
+    per_token, _ = is_reinforce(logp, OLD, rollout, ADV, MASK, clip_low=1.0, clip_high=1.0)
+    per_token.sum().backward()
+    assert logp.grad[0].tolist() == pytest.approx([-0.5 * 2.0, -1.0 * 2.0, 2.0 * 1.0, 0.0])  # w = 0.5, 1, min(3, 2)
