@@ -73,3 +73,24 @@ def test_a_run_with_kl_to_the_start_trains_and_logs_it(tmp_path, sft_dir, in_rew
     else:  # the perturbed forward against the clean start: > 0 from the first mini-batch on
         assert values[0] > 0
     assert all(math.isfinite(r["loss/policy"]) for r in records)
+
+
+@pytest.mark.smoke
+def test_the_single_turn_alp_recipe_trains_with_its_kl_term_on_the_tiny_model(tmp_path, sft_dir):
+    # configs/math_qwen2.5_math_1.5b.yaml as shipped (β = 1e-3, k3), Token-ALP with the single-turn σ values,
+    # on stand-in data files and the tiny warm start instead of Qwen2.5-Math-1.5B and a GPU
+    from shipped_configs import data_overrides
+
+    from trainer.config import CONFIG_DIR
+
+    recipe = CONFIG_DIR / "math_qwen2.5_math_1.5b.yaml"
+    cfg = build_config(recipe, ["algorithm=token_alp", "perturb.sigma_init=0.02", "perturb.lr=1e-2",
+                                "algo.clip_dual=10", *data_overrides(recipe, tmp_path), f"model.path={sft_dir}",
+                                f"output_dir={tmp_path / 'run'}", "steps=1", "eval_tasks=0", "rollout.engine=hf",
+                                "rollout.dtype=float32", "rollout.prompts_per_step=2", "rollout.group_size=2",
+                                "rollout.max_new_tokens=16", "rollout.max_response_tokens=16", "rollout.max_model_len=0",
+                                "optim.micro_batch_size=4", "optim.num_minibatches=1"])
+    assert (cfg.algo.kl_coef, cfg.algo.kl_type) == (1e-3, "k3")
+    train(cfg, show_progress=False)
+    record = read_metrics(tmp_path / "run")[0]
+    assert record["actor/kl_loss"] > 0 and math.isfinite(record["loss/policy"])  # the perturbed forward vs the start
