@@ -90,7 +90,8 @@ def _training_batch(c, cfg, step):
 
 def _screened(c, history, overrides, step):
     """train_step's MIPU branch: snapshot, update, sync the engine, screen the candidate."""
-    cfg = build_config(None, SMALL + overrides)
+    # the preset's KL term needs the reference forward of the loop; screening is what these steps test
+    cfg = build_config(None, SMALL + overrides + ["algo.kl_coef=0"])
     batch = _training_batch(c, cfg, step)
     snapshot = candidate_snapshot(c)
     metrics = update_policy(c.model, c.optimizer, batch, torch.arange(len(batch)), algo=cfg.algo,
