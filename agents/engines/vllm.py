@@ -74,6 +74,7 @@ CPU_KV_CACHE_BYTES = 1 << 30  # vLLM-CPU otherwise reserves a fraction of all ho
 _CLOSE = object()  # posted to the engine thread's inbox by close()
 CLOSE_TIMEOUT_S = 15.0  # close(): vLLM's own shutdown gets SHUTDOWN_GRACE_S of it, then what is left is killed
 SHUTDOWN_GRACE_S = 10.0  # a clean CPU shutdown takes ~4 s (the worker exits first); vLLM's default 5 s cut it off
+KILL_ROUNDS_S = 2.0  # kill_leftovers after its grace: SIGTERM, ≤ 1 s, SIGKILL, ≤ 1 s
 DEATH_REPORT_WAIT_S = 10.0  # an engine core that reports itself dead exits within seconds; its exit code says why
 
 
@@ -463,8 +464,10 @@ class VLLMEngine:
                                     name="vllm-shutdown", daemon=True)
         shutdown.start()
         shutdown.join(timeout=max(0.0, deadline - time.monotonic() - 2.0))
-        # A dead engine core's workers have nothing to finish: a short grace; a live one's get the time left.
-        ended = self._watch.kill_leftovers(grace_s=1.0 if self._dead else max(0.5, deadline - time.monotonic()))
+        # A dead engine core's workers have nothing to finish: a short grace; a live one's get the time left, less
+        # the ~2 s the SIGTERM / SIGKILL rounds after the grace may take, so close() ends by its deadline.
+        ended = self._watch.kill_leftovers(
+            grace_s=1.0 if self._dead else max(0.5, deadline - time.monotonic() - KILL_ROUNDS_S))
         if ended and self._dead is None:
             log.warning("VLLMEngine.close: vLLM processes %s still ran %.0f s after shutdown began; ended them",
                         ended, CLOSE_TIMEOUT_S)

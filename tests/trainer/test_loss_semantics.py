@@ -68,7 +68,13 @@ def ref_dual_clip(log_r, a, lo, hi, c):
 
 # each entry's default (ε_lo, ε_hi, c) in the registry (trainer/losses.py signatures, reference §3)
 DEFAULT_CLIPS = {"ppo_clip": (0.2, 0.28, 3.0), "bypass": (0.5, 3.0, 3.0), "gspo": (3e-4, 4e-4, None),
-                 "quatro": (None, None, None)}
+                 "quatro": (None, None, None), "cispo": (1.0, 4.0, None), "is_reinforce": (1.0, 1.0, None),
+                 "gmpo": (0.4, 0.4, None)}
+
+
+def _sg_weighted_log_pi(log_r, logp, a, lo, hi):
+    """−sg(clip(r, 1 − ε_lo, 1 + ε_hi))·A·log π (CISPO, IS-REINFORCE)."""
+    return -min(max(math.exp(max(-20.0, min(20.0, log_r))), 1 - lo), 1 + hi) * a * logp
 
 
 def ref_policy_loss(name, lps, keep, adv, level="token", clips=None):
@@ -94,6 +100,15 @@ def ref_policy_loss(name, lps, keep, adv, level="token", clips=None):
                 v = max(-5.0, min(5.0, v))
                 r = math.exp(v)
                 row.append(-5.0 * (r * a - (r * v - r + 1)) if a != 0 else 0.0)
+        elif name in ("cispo", "is_reinforce"):  # the weight's denominator: π_old (CISPO) or μ (bypass)
+            den = old[b] if name == "cispo" else rollout[b]
+            row = [_sg_weighted_log_pi(x - y, x, a, lo, hi) for x, y in zip(logp[b], den, strict=True)]
+        elif name == "gmpo":  # −A·exp(mean_t of the log ratio clipped pessimistically in log space)
+            sign = (a > 0) - (a < 0)
+            cs = [sign * min(sign * d, sign * max(-lo, min(hi, d)))
+                  for d, k in zip((x - y for x, y in zip(logp[b], old[b], strict=True)), row_keep, strict=True) if k]
+            s_b = math.exp(sum(cs) / len(cs)) if cs else 1.0
+            row = [-a * s_b for _ in row_keep]
         else:
             raise KeyError(name)
         out.append([x if k else 0.0 for x, k in zip(row, row_keep, strict=True)])
@@ -188,8 +203,8 @@ def test_each_loss_reads_its_own_log_probs_hand_computed():
 
 
 LEVELS = ("token", "seq", "geo")
-LOSS_CASES = [("ppo_clip", lv) for lv in LEVELS] + [("bypass", lv) for lv in LEVELS] + [("gspo", "geo"),
-                                                                                         ("quatro", "geo")]
+LOSS_CASES = [("ppo_clip", lv) for lv in LEVELS] + [("bypass", lv) for lv in LEVELS] + [
+    ("gspo", "geo"), ("quatro", "geo"), ("cispo", "token"), ("is_reinforce", "token"), ("gmpo", "geo")]
 UPD_SCALE = {"gspo": 1e-3}  # GSPO's band is ±4e-4: smaller steps keep some ratios inside it
 
 

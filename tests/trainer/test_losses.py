@@ -185,9 +185,12 @@ def test_registry_nan_on_masked_tokens_never_leaks(name):
 
 FIXED_LEVEL = {"gspo": "geo"}  # entries whose ratio level is not a hyperparameter
 UNCLIPPED = {"quatro"}  # exact trust region, no clip by design (tests/trainer/test_quatro.py)
+# the clip bounds a stop-gradient weight (CISPO, IS-REINFORCE: a clipped token keeps its gradient) or acts per
+# token inside a geometric mean (GMPO): tests/trainer/test_cispo.py checks each by hand
+OTHER_CLIP = {"cispo", "is_reinforce", "gmpo"}
 
 
-@pytest.mark.parametrize("name,level", [(n, lv) for n in sorted(POLICY_LOSSES) if n not in UNCLIPPED
+@pytest.mark.parametrize("name,level", [(n, lv) for n in sorted(POLICY_LOSSES) if n not in UNCLIPPED | OTHER_CLIP
                                         for lv in ([FIXED_LEVEL[n]] if n in FIXED_LEVEL else ["token", "seq", "geo"])])
 def test_registry_clip_boundaries_hit(name, level):
     # every valid token's ratio is e^2 (token/geo) or e^(2·n_b) (seq), far outside any band:
