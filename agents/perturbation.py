@@ -9,6 +9,7 @@ scalar `s_l` per layer. Usage (the only place in alprl that touches hidden state
     with pert.active(seed=noise_seed(k)):        # k counts update micro-batches
         loss = objective(model(...)); loss.backward()   # backward inside: see "Checkpointing"
     metrics |= pert.metrics()                    # before grad clipping: grad norm of log σ is pre-clip
+                                                 # effective_frac: from the first micro-batch since the last call
 
 - Noise `ε_l ~ N(0, I)` of h's shape and dtype, from a `torch.Generator` seeded `seed + l` and re-seeded
   at every layer call (never the global RNG): the same seed gives the same noise, another micro-batch
@@ -41,7 +42,7 @@ from torch import Tensor, nn
 
 from envs.splits import derive_seed
 
-EFFECTIVE_SAMPLE = 4096  # elements per call checked for h̃ ≠ h (perturb/effective_frac)
+EFFECTIVE_SAMPLE = 4096  # elements per layer call checked for h̃ ≠ h (perturb/effective_frac)
 
 
 def noise_seed(k: int, rank: int = 0) -> int:
@@ -148,6 +149,8 @@ class LayerwisePerturbation(nn.Module):
         self._active = False
         self._gens: dict[torch.device, torch.Generator] = {}  # one per device, re-seeded at every draw
         self._checked, self._changed = 0, 0  # Python int; a device tensor once counted (no host sync per call)
+        self._check_pending = True  # the first micro-batch after metrics() samples h̃ ≠ h, the rest skip it
+        self._checking = False
 
     @property
     def learnable(self) -> bool:
@@ -164,6 +167,8 @@ class LayerwisePerturbation(nn.Module):
         if gen is None:
             gen = self._gens[h.device] = torch.Generator(device=h.device)
         out = _AddSeededNoise.apply(h, self.log_sigma[slot].to(h.device), seed, gen)
+        if not self._checking:  # the check's small ops cost ~2% of a step at hidden 128 if run every call
+            return out
         with torch.no_grad():  # σ0 = 1e-6 under bf16 rounds back to h: count how often it does not
             step = max(1, h.numel() // EFFECTIVE_SAMPLE)
             flat_h = h.reshape(-1)[::step]  # (≤ EFFECTIVE_SAMPLE,)
@@ -186,6 +191,7 @@ class LayerwisePerturbation(nn.Module):
         model = self._model[0]
         handles = []
         self._active = True
+        self._checking, self._check_pending = self._check_pending, False
         try:
             if self.logits_only:  # seeded like one more layer after the last decoder layer
                 head, logits_seed = model.get_output_embeddings(), seed + len(decoder_layers(model))
@@ -200,7 +206,7 @@ class LayerwisePerturbation(nn.Module):
         finally:
             for handle in handles:
                 handle.remove()
-            self._active = False
+            self._active = self._checking = False
 
     def sigmas(self) -> Tensor:
         """σ_l = exp(s_l), (L,), detached."""
@@ -219,4 +225,5 @@ class LayerwisePerturbation(nn.Module):
         if self._checked:
             out["perturb/effective_frac"] = int(self._changed) / self._checked
         self._checked, self._changed = 0, 0
+        self._check_pending = True
         return out

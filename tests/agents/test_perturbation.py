@@ -300,3 +300,18 @@ def test_kept_noise_on_cpu_gives_the_regenerated_gradient(monkeypatch):
         _logp(model).mean().backward()
     assert len(draws) == kept + 4  # forward and backward draw for each layer
     assert torch.allclose(pert.log_sigma.grad, grad_kept, rtol=1e-12, atol=0)
+
+
+def test_effective_fraction_samples_the_first_micro_batch_after_each_metrics_call():
+    model = _model(torch.bfloat16)
+    pert = LayerwisePerturbation(model, sigma_init=1e-6)
+    with pert.active(seed=0):
+        model(input_ids=IDS)
+    checked_once = pert._checked
+    with pert.active(seed=1):  # later micro-batches of the same step skip the check
+        model(input_ids=IDS)
+    assert checked_once > 0 and pert._checked == checked_once
+    assert pert.metrics()["perturb/effective_frac"] < 0.1
+    with pert.active(seed=2):  # a new step checks again
+        model(input_ids=IDS)
+    assert pert._checked == checked_once
