@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from trainer.config_algo import AlgoConfig, PerturbConfig
+from trainer.config_dist import DistributedConfig
 from trainer.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -263,6 +264,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 # ---------------------------------------------------------------------------------------------- loading

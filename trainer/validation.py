@@ -175,6 +175,21 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("env.expert_search", e.expert_search, SEARCH_ORDERS, "an expert search order")]
 
 
+def _distributed_rules(cfg: Any) -> list[str]:
+    d = cfg.distributed
+    out = [*_choice("distributed.fsdp", d.fsdp, ["auto", "on", "off"], "an FSDP mode"),
+           *_choice("distributed.mixed_precision", d.mixed_precision, ["fp32", "bf16"], "a training precision"),
+           *_choice("distributed.backend", d.backend, ["auto", "nccl", "gloo"], "a torch.distributed backend")]
+    if d.world_size < 0:
+        out.append(f"distributed.world_size={d.world_size}: expected 0 (as launched) or the number of processes")
+    if d.device_memory_gib < 0:
+        out.append(f"distributed.device_memory_gib={d.device_memory_gib}: expected GiB > 0, or 0 (not checked)")
+    if d.mixed_precision == "bf16" and d.fsdp == "off":
+        out.append("distributed.mixed_precision=bf16 needs FSDP (its MixedPrecisionPolicy); set distributed.fsdp=auto "
+                   "or on, or distributed.mixed_precision=fp32")
+    return out
+
+
 def _env_rules(cfg: Any) -> list[str]:
     e, out = cfg.env, []
     if e.task_types:
@@ -334,7 +349,7 @@ def validate_config(cfg: Any) -> None:
     """Raise one `ConfigError` listing every violation in `cfg` (see the module docstring); None if valid."""
     problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_dataset_rules(cfg), *_algo_rules(cfg),
                 *_budget_rules(cfg), *_sampler_rules(cfg), *_rejection_rules(cfg), *_dapo_rules(cfg),
-                *_perturb_rules(cfg)]
+                *_perturb_rules(cfg), *_distributed_rules(cfg)]
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -1,0 +1,28 @@
+"""The `distributed:` section of the run config: how the update is spread over processes (torchrun + FSDP2).
+
+Kept beside `trainer/config.py` (which nests it) so that file stays about loading and coercion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class DistributedConfig:
+    world_size: int = 0
+    """Processes (one per GPU) the run trains on. 0: as launched (torchrun's WORLD_SIZE, 1 without torchrun); a
+    positive value must match what torchrun started, and is the world size `alprl train --dry-run` plans for."""
+    fsdp: str = "auto"
+    """auto: FSDP2 (`fully_shard`, each decoder layer then the root) when the world size is > 1; on: also on one
+    process; off: replicated weights are refused above one process."""
+    mixed_precision: str = "fp32"
+    """fp32, or bf16: bf16 parameters for forward/backward, fp32 master weights, optimizer state and gradient
+    reductions (FSDP2 MixedPrecisionPolicy; needs FSDP)."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward (transformers' gradient checkpointing)."""
+    backend: str = "auto"
+    """torch.distributed backend: auto (nccl with CUDA, else gloo), nccl or gloo."""
+    device_memory_gib: float = 0.0
+    """Memory of one accelerator (80 for an 80 GB A100/H100). The memory plan of `--dry-run` is checked against it
+    and a plan that does not fit is refused (exit 2); 0: not checked (CPU runs)."""
