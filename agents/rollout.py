@@ -95,9 +95,12 @@ def _reset_all(envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec], agent: Age
 
 def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec],
                  limits: RolloutLimits, *, greedy: bool = False, seed: int | None = None,
-                 pool: ThreadPoolExecutor | None = None, overlap: bool | None = None) -> list[Trajectory]:
+                 pool: ThreadPoolExecutor | None = None, overlap: bool | None = None,
+                 first_index: int = 0) -> list[Trajectory]:
     """Play one episode per (env, spec) pair; returns trajectories in the order of `specs`.
 
+    first_index: the position of `specs[0]` in a larger batch split over data-parallel ranks; episode i samples
+        with the seeds of episode `first_index + i`, as it would in the whole batch on one process.
     overlap: None takes the engine's `overlap_episodes` (see the module docstring); True needs an engine with
         `concurrent_callers`.
     pool: runs env steps (default: a private pool of 8 threads).
@@ -113,7 +116,7 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
     own_pool = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=8)
     try:
-        _drive(_Episode(engine, agent, limits, greedy, seed, pool), envs, trajs, overlap)
+        _drive(_Episode(engine, agent, limits, greedy, seed, pool, first_index), envs, trajs, overlap)
     finally:
         if own_pool:
             pool.shutdown()
@@ -140,9 +143,10 @@ class _Episode:
     """One rollout call's shared settings and the per-turn steps of the driver."""
 
     def __init__(self, engine: Engine, agent: Agent, limits: RolloutLimits, greedy: bool, seed: int | None,
-                 pool: ThreadPoolExecutor):
+                 pool: ThreadPoolExecutor, first_index: int = 0):
         self.engine, self.agent, self.limits, self.greedy, self.seed, self.pool = engine, agent, limits, greedy, \
             seed, pool
+        self.first_index = first_index
         self.context = engine.max_model_len  # prompt + response tokens the engine holds
         self.deadline = None if limits.episode_timeout_s is None else time.monotonic() + limits.episode_timeout_s
 
@@ -176,7 +180,7 @@ class _Episode:
         """Per-request seeds of these episodes' turns (None when the call is unseeded)."""
         if self.seed is None:
             return None
-        return [episode_seed(self.seed, i, t) for i, t in zip(indices, turns, strict=True)]
+        return [episode_seed(self.seed, self.first_index + i, t) for i, t in zip(indices, turns, strict=True)]
 
 
 def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], overlap: bool) -> None:

@@ -17,6 +17,7 @@ from torch import nn
 
 from agents.perturbation import LayerwisePerturbation, noise_seed
 from trainer.config import AlgoConfig
+from trainer.distributed import SINGLE, DistContext, clip_global_grad_norm, global_counts, reduce_replicated_grads
 from trainer.logprobs import compute_logprobs
 from trainer.objective import denominators, micro_batch_objective
 from trainer.ratio_diagnostics import RatioProbe, layer_group_prob_shift, spaced_rows
@@ -67,7 +68,7 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
                   algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float,
                   perturbation: LayerwisePerturbation | None = None, noise_base: int = 0,
                   norm_len: int | None = None, diagnose: tuple[str, ...] = (), extra_forwards: bool = True,
-                  diag_rows: int = 0) -> dict[str, float]:
+                  diag_rows: int = 0, ctx: DistContext = SINGLE) -> dict[str, float]:
     """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
 
     With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
@@ -76,10 +77,15 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     (`trainer/ratio_diagnostics.py`). With `extra_forwards` (a diagnostics step), a perturbed update also runs a
     no-grad clean forward of `diag_rows` rows of each micro-batch of the last mini-batch (its r_upd, r_byp) and,
     per layer group, one forward of `diag_rows` rows of the first micro-batch (|Δp| per group); 0: all rows.
+
+    Under data parallelism (`ctx`, trainer/distributed.py) `rows` are this rank's: the denominators, the loss,
+    the ALP log σ gradients and the grad norm are global, so every rank takes the same step decision; the other
+    metrics are this rank's (the loop averages them over ranks).
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    n_tokens, n_seqs = denominators(batch, rows)  # mini-batch denominators: micro-batching cannot change the loss
+    local_tokens, local_seqs = denominators(batch, rows)  # mini-batch denominators: micro-batching cannot change
+    n_tokens, n_seqs = global_counts(ctx, local_tokens, local_seqs)  # the loss; summed over ranks: nor can ranks
     sums: dict[str, float] = {}
     total_loss = 0.0
     real_tokens = padded_tokens = 0
@@ -88,7 +94,7 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         sub = batch.select(micro)
         real_tokens += int(sub.attention_mask.sum())
         padded_tokens += sub.input_ids.numel()
-        noise = perturbation.active(seed=noise_seed(noise_base + i)) if perturbation else nullcontext()
+        noise = perturbation.active(seed=noise_seed(noise_base + i, ctx.rank)) if perturbation else nullcontext()
         with noise:
             logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=True)
             loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs,
@@ -96,19 +102,25 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
             loss.backward()
         if probe is not None and perturbation is not None and i == 0 and "" in diagnose and extra_forwards:
             probe.extra |= layer_group_prob_shift(model, sub.select(spaced_rows(len(sub), diag_rows)), perturbation,
-                                                  noise_seed(noise_base), temperature)
+                                                  noise_seed(noise_base, ctx.rank), temperature)
         if probe is not None:
             clean, rows = _clean_logp(model, sub, logp, temperature, perturbation is not None, "" in diagnose,
                                       extra_forwards, diag_rows)
             probe.add(logp, clean, sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbation is not None,
                       clean_rows=rows)
         total_loss += loss.item()
-        weight = sub.loss_mask.sum().item() / n_tokens.item()  # token-weighted average of micro metrics
+        weight = sub.loss_mask.sum().item() / local_tokens.item()  # token-weighted average of micro metrics
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + weight * value
-    extra = perturbation.metrics() if perturbation else {}  # before the step: log σ gradient norm
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip).item()
+    if ctx.enabled:
+        reduce_replicated_grads(ctx, params)  # ALP's log σ: each rank holds its rows' share of the gradient
+        total_loss = float(ctx.all_reduce_sum(torch.tensor(total_loss, dtype=torch.float64)))
+    extra = perturbation.metrics() if perturbation else {}  # before the step: log σ gradient norm
+    if ctx.fsdp:
+        grad_norm = clip_global_grad_norm(ctx, params, grad_clip)
+    else:
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip).item()
     skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))
     if skipped:
         optimizer.zero_grad(set_to_none=True)  # non-finite loss or gradient: skip the step, count it

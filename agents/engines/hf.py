@@ -19,7 +19,6 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from agents.engines.base import GenerationRequest, GenerationResult, Seed
-from envs.splits import derive_seed
 
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
           "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
@@ -43,13 +42,11 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-def batch_seed(seed: Seed) -> int:
-    """One generator seed for a batched call (a fresh random one when unseeded)."""
+def batch_seed(seed: int | None) -> int:
+    """One generator seed for a batched call seeded by one int (a fresh random one when unseeded)."""
     if seed is None:
         return torch.seed() % (2**63)
-    if isinstance(seed, int):
-        return seed % (2**63)
-    return derive_seed("hf-batch", *(int(s) for s in seed))
+    return int(seed) % (2**63)
 
 
 class HFEngine:
@@ -91,12 +88,17 @@ class HFEngine:
             mask[i, width - len(r.prompt_ids):] = 1
         return ids, mask
 
-    def _sample(self, logits: torch.Tensor, greedy: bool, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits: (N, V) → sampled ids (N,), their log-probs (N,) under the sampling distribution."""
+    def _sample(self, logits: torch.Tensor, greedy: bool,
+                gen: torch.Generator | list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits: (N, V) → sampled ids (N,), their log-probs (N,) under the sampling distribution; `gen`: one
+        generator for the batch or one per row."""
         scaled = top_p_filter(logits.float() / self.temperature, self.top_p)
         logprobs = scaled.log_softmax(-1)
         if greedy:
             tokens = logprobs.argmax(-1)
+        elif isinstance(gen, list):
+            probs = logprobs.exp()
+            tokens = torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(gen)])
         else:
             tokens = torch.multinomial(logprobs.exp(), 1, generator=gen).squeeze(-1)
         return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
@@ -104,12 +106,16 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
                  seed: Seed = None) -> list[GenerationResult]:
-        """One batched call; a per-request seed list seeds the batch's one generator (reproducible for the same
-        batch, unlike vLLM's per-request generators)."""
+        """One batched call. A per-request seed list gives each request its own generator, as vLLM does, so a
+        request samples the same tokens whatever else is in the batch (data-parallel ranks split a step's episodes
+        and must sample what one process would); one int seeds one generator for the batch."""
         budgets = [min(r.max_new_tokens, self.max_model_len - len(r.prompt_ids)) for r in requests]
         if not requests or max(budgets) <= 0:
             return [GenerationResult([], [], "length") for _ in requests]
-        gen = torch.Generator().manual_seed(batch_seed(seed))
+        if isinstance(seed, list | tuple):
+            gen = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seed]
+        else:
+            gen = torch.Generator().manual_seed(batch_seed(seed))
         ids, attn = self._prefill_inputs(requests)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (N, P)
         cache = DynamicCache()

@@ -32,6 +32,20 @@ def test_sampling_is_seeded_and_greedy_is_deterministic(model_tok):
     assert [r.token_ids for r in g1] == [r.token_ids for r in g2]
 
 
+def test_a_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_batch(model_tok):
+    # data-parallel ranks each sample a share of a step's episodes: each must get what one process samples
+    model, tok = model_tok
+    engine = HFEngine(model, tok, dtype="float32")
+    requests = varied_requests(tok)
+    seeds = [101 + i for i in range(len(requests))]
+    whole = engine.generate(requests, seed=seeds)
+    half = len(requests) // 2
+    split = engine.generate(requests[:half], seed=seeds[:half]) + engine.generate(requests[half:], seed=seeds[half:])
+    assert [r.token_ids for r in split] == [r.token_ids for r in whole]
+    other = engine.generate(requests, seed=[s + 1 for s in seeds])
+    assert [r.token_ids for r in other] != [r.token_ids for r in whole]
+
+
 def test_stop_strings_and_length(model_tok):
     model, tok = model_tok
     engine = HFEngine(model, tok, dtype="float32")
