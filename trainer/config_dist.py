@@ -14,8 +14,8 @@ class DistributedConfig:
     """Processes (one per GPU) the run trains on. 0: as launched (torchrun's WORLD_SIZE, 1 without torchrun); a
     positive value must match what torchrun started, and is the world size `alprl train --dry-run` plans for."""
     fsdp: str = "auto"
-    """auto: FSDP2 (`fully_shard`, each decoder layer then the root) when the world size is > 1; on: also on one
-    process; off: replicated weights are refused above one process."""
+    """auto: FSDP2 (`fully_shard`, each decoder layer then the root) when the world size is > 1 or
+    mixed_precision is bf16; on: also on one process; off: never (refused above one process)."""
     mixed_precision: str = "fp32"
     """fp32, or bf16: bf16 parameters for forward/backward, fp32 master weights, optimizer state and gradient
     reductions (FSDP2 MixedPrecisionPolicy; needs FSDP)."""

@@ -130,7 +130,8 @@ def init_distributed(cfg: TrainConfig) -> DistContext:
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    fsdp = cfg.distributed.fsdp == "on" or (cfg.distributed.fsdp == "auto" and world > 1)
+    mode, bf16 = cfg.distributed.fsdp, cfg.distributed.mixed_precision == "bf16"
+    fsdp = mode == "on" or (mode == "auto" and (world > 1 or bf16))  # bf16 compute is FSDP's MixedPrecisionPolicy
     if world == 1 and not fsdp:
         return DistContext(device=device)
     if not dist.is_initialized():
@@ -172,7 +173,7 @@ def shard_policy(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Mod
     if not ctx.fsdp:
         return model
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     bf16 = cfg.distributed.mixed_precision == "bf16"
@@ -181,7 +182,10 @@ def shard_policy(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Mod
     for layer in decoder_blocks(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
-    model.set_gradient_divide_factor(1.0)  # losses are over the global token count already: sum, not mean
+    for module in model.modules():  # each fully_shard unit keeps its own reduction settings
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)  # losses are over the global token count already: sum, not mean
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no pre-multiplied sum)
     return model
 
 

@@ -1,0 +1,115 @@
+"""Two gloo ranks under FSDP2 train like one process on the same global batch (real torch.distributed, CPU).
+
+Each rank holds half of the GRPO groups; the one-process reference updates the whole batch. Tolerance: 1e-5
+relative on the loss and grad norm, and 2e-6 absolute on every updated weight, 0.2% of the step itself (lr 1e-3;
+AdamW's first step is ±lr per weight), since float summation order differs: the micro-batches and the
+all-reduce add in another order (measured: GRPO 1e-7, Seq-ALP 1e-6 at most). Under Seq-ALP the ranks draw other noise (seeded per rank and
+micro-batch) than the one process does, and the sequence-level loss feels it: at σ = 1e-6 two noise draws
+move the loss by ~1e-5 (measured), more than the tolerance. So σ0 = 1e-9 here, under fp32's resolution of h,
+where the draw cannot matter; the whole ALP path still runs (hooks, log σ gradients summed over ranks, its
+AdamW step), and the log σ after the step must be identical on both ranks.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from agents.perturbation import LayerwisePerturbation
+from agents.trajectory import Trajectory
+from trainer.advantages import broadcast_advantages, group_advantages
+from trainer.config import build_config
+from trainer.distributed import DistContext, full_named_parameters, shard_policy
+from trainer.objective import prepare_corrections
+from trainer.types import collate
+from trainer.update import old_logprobs, update_policy
+
+GROUPS, GROUP_SIZE, WORLD = 4, 4, 2
+
+
+def tiny_model() -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=True)
+    return Qwen2ForCausalLM(cfg).train()
+
+
+def global_batch(model):
+    """GROUPS × GROUP_SIZE trajectories of varied lengths with observation tokens, rollout log-probs off by noise."""
+    gen = torch.Generator().manual_seed(1)
+    trajs = []
+    for i in range(GROUPS * GROUP_SIZE):
+        n = int(torch.randint(6, 20, (1,), generator=gen))
+        mask = (torch.rand(n, generator=gen) > 0.25).long().tolist()
+        trajs.append(Trajectory(prompt_ids=torch.randint(1, 128, (5,), generator=gen).tolist(),
+                                response_ids=torch.randint(1, 128, (n,), generator=gen).tolist(), loss_mask=mask,
+                                rollout_logprobs=[0.0] * n, reward=float(torch.rand((), generator=gen) > 0.5),
+                                group_id=i // GROUP_SIZE))
+    batch = collate(trajs, pad_id=0)
+    batch.old_logp = old_logprobs(model, batch, 1.0, 4)
+    batch.rollout_logp = (batch.old_logp + 0.05 * torch.randn(batch.old_logp.shape, generator=gen)) * batch.loss_mask
+    adv, _ = group_advantages(batch.rewards, batch.group_ids)
+    batch.advantages = broadcast_advantages(adv, batch.loss_mask)
+    return batch
+
+
+def one_step(preset: str, ctx: DistContext, rows: torch.Tensor):
+    """One optimizer step of `preset` on `rows` of the global batch; (metrics, weights, log σ or None)."""
+    cfg = build_config(None, [f"algorithm={preset}", "optim.micro_batch_size=3"])
+    model = tiny_model()
+    batch = global_batch(model)
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(cfg.algo, batch)
+    pert = LayerwisePerturbation(model, "all", 1e-9) if cfg.perturb.enabled else None
+    model = shard_policy(model, cfg, ctx)
+    groups = [{"params": list(model.parameters())}] + ([pert.param_group(5e-4)] if pert else [])
+    # eps 1e-6: the k_proj biases get an exactly-zero gradient (softmax ignores a shift of the keys), so theirs is
+    # summation noise ~1e-10, which AdamW's default eps 1e-8 would turn into a ±lr step of either sign
+    opt = torch.optim.AdamW(groups, lr=1e-3, eps=1e-6)
+    local = batch.select(rows)
+    metrics = update_policy(model, opt, local, torch.arange(len(rows)), algo=cfg.algo, temperature=1.0,
+                            micro_batch_size=cfg.optim.micro_batch_size, grad_clip=0.5, perturbation=pert,
+                            noise_base=7, ctx=ctx)
+    weights = {name: t.detach().clone() for name, t in full_named_parameters(model)}
+    return metrics, weights, (pert.log_sigma.detach().clone() if pert else None)
+
+
+def rank_main(rank: int, port: int, preset: str, out: dict) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        ctx = DistContext(rank=rank, world_size=WORLD, fsdp=True)
+        per_rank = GROUPS * GROUP_SIZE // WORLD
+        metrics, weights, log_sigma = one_step(preset, ctx, torch.arange(rank * per_rank, (rank + 1) * per_rank))
+        out[rank] = (metrics["loss/policy"], metrics["actor/grad_norm"], weights, log_sigma)
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("preset", ["grpo", "seq_alp"])
+def test_two_ranks_equal_one_process_on_the_global_batch(preset):
+    metrics, weights, _ = one_step(preset, DistContext(), torch.arange(GROUPS * GROUP_SIZE))
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(rank_main, args=(free_port(), preset, out), nprocs=WORLD, join=True)
+        ranks = dict(copy.deepcopy(out))
+    for rank in range(WORLD):
+        loss, grad_norm, rank_weights, log_sigma = ranks[rank]
+        assert loss == pytest.approx(metrics["loss/policy"], rel=1e-5, abs=1e-7)
+        assert grad_norm == pytest.approx(metrics["actor/grad_norm"], rel=1e-5)
+        assert rank_weights.keys() == weights.keys()
+        for name, tensor in weights.items():
+            torch.testing.assert_close(rank_weights[name], tensor, rtol=0, atol=2e-6, msg=name)
+    if preset == "seq_alp":  # one σ per layer, the same on every rank after the step
+        assert torch.equal(ranks[0][3], ranks[1][3])
+    assert metrics["actor/grad_norm"] > 0.5  # the clip acted: the global norm, not a rank's, was clipped to
