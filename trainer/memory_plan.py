@@ -80,8 +80,10 @@ def _activation_elems(s: ModelShape) -> int:
     attention scores, softmax and dropout, V, the output-projection input, the MLP input, the 4h GeLU input and
     output, and dropout masks. Here: no dropout (Qwen2 trains with none) and fused attention (no s² scores, it keeps
     Q, K, V, its output and a log-sum-exp), and a SwiGLU MLP of width F:
-      attention: norm input D + norm output D + Q, K, V (D + 2·kv) + RoPE'd Q, K, V kept by attention (D + 2·kv)
-                 + attention output D (o_proj input)                                       = 5·D + 4·kv
+      attention: norm input D + norm output D (the q/k/v input) + Q, K, V as SDPA keeps them (D + 2·kv)
+                 + SDPA output D + its contiguous copy, o_proj's input, D + 2·kv of RoPE/GQA intermediates
+                 (rounded; transformers versions that repeat K and V to H heads before SDPA keep ~2·D more)
+                                                                                           = 5·D + 4·kv
       MLP:       norm input D + norm output D (gate/up input) + gate F + silu(gate) F + up F
                  + silu(gate)·up F (down_proj input)                                      = 2·D + 4·F
     """
