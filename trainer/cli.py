@@ -14,17 +14,21 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from trainer.config import ConfigError, TrainConfig, algorithm_presets, build_config, field_docs, to_dict
 from trainer.eval_cli import add_eval_parser, run_eval_command
 from trainer.experiment_run import add_experiment_parser, run_experiment_command
 
+if TYPE_CHECKING:
+    from trainer.memory_plan import MemoryPlan
+
 EPILOG = """overrides: dotted key=value pairs after the options, e.g.
   alprl train --config configs/demo.yaml optim.lr=1e-4 rollout.group_size=8 algorithm=grpo
 Show every key with its default and meaning: alprl train --help-config
 
-exit status: 0 done; 2 a bad config key or value, a missing file or server, or a full disk while saving a
-checkpoint; 3 the inference engine's process died; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+exit status: 0 done; 2 a bad config key or value, a missing file or server, a full disk while saving a
+checkpoint, or (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
 SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
 ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
 EXIT_ENGINE_DIED = 3
@@ -34,7 +38,8 @@ def _add_config_args(p: argparse.ArgumentParser, default_config: str | None) -> 
     p.add_argument("--config", default=default_config, help="YAML file overriding the defaults "
                    f"(default: {default_config or 'none, dataclass defaults'})")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (see --help-config)")
-    p.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and print the resolved config (train: and its per-GPU memory plan), then exit")
     p.add_argument("--help-config", action="store_true", help="list every config key, its default and meaning")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs / CI)")
     p.add_argument("--verbose", action="store_true", help="also show vLLM's INFO logs (same as VLLM_LOGGING_LEVEL=INFO)")
@@ -200,6 +205,22 @@ def config_help() -> str:
     return "\n".join(lines)
 
 
+PLAN_SEPARATOR = "# --- memory plan ---"
+"""The line between --dry-run's JSON and the memory plan: the JSON is what comes before it."""
+
+
+def _print_plan(command: str, plan: MemoryPlan) -> int:
+    """The memory plan after the JSON, on stdout; one line on stderr and 2 when it does not fit the device."""
+    from trainer.memory_plan import format_plan, refusal
+
+    print(PLAN_SEPARATOR)
+    print(format_plan(plan))
+    if plan.fits is False:
+        print(f"alprl {command}: error: {refusal(plan)}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # vLLM logs every engine step and weight sync at INFO, which buries the progress bars; set
@@ -235,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.sft import check_sft_config
 
             check_sft_config(cfg)
+        plan = None
+        if args.dry_run and args.command == "train":  # the shape is read before anything is printed
+            from trainer.memory_plan import plan_memory
+
+            plan = plan_memory(cfg)
     except ConfigError as exc:
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -242,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         for warning in shape_warnings:
             print(f"alprl {args.command}: warning: {warning}", file=sys.stderr)
         print(json.dumps(to_dict(cfg), indent=2))
-        return 0
+        return _print_plan(args.command, plan) if plan is not None else 0
     from agents.engines.base import EngineDied
     from envs.adapters import AdapterUnavailable
     from trainer.checkpoint import DiskFullError

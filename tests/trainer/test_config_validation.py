@@ -215,10 +215,14 @@ def test_the_installed_cli_exits_2_with_one_line(overrides, key):
 # ---------------------------------------------------------------------------------------------- model shape
 
 
+SHAPE = {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 256}
+"""Dimensions a config.json always has; `--dry-run`'s memory plan (trainer/memory_plan.py) reads them."""
+
+
 def _model_dir(path: Path, **config) -> Path:
-    """A model directory holding only config.json: the shape checks read nothing else."""
+    """A model directory holding only config.json: the shape checks and the memory plan read nothing else."""
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", **config}))
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", **SHAPE, **config}))
     return path
 
 
