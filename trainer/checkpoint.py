@@ -8,6 +8,10 @@ written last (under a temporary name, then renamed), so an interrupted save neve
 
 A save that does not fit on its disk raises DiskFullError naming the directory, the free space and the
 bytes needed; its partial files are removed and `latest` still names the previous checkpoint.
+
+Under FSDP (trainer/distributed.py) every rank also writes its shards of the model and optimizer with
+`torch.distributed.checkpoint` (trainer/checkpoint_sharded.py) and its RNG states; rank 0 writes the rest
+(the Hugging Face export from the gathered weights, the config, `trainer_state.pt` without the optimizer).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agents.models import save_pretrained
 from trainer.config import TrainConfig
+from trainer.distributed import SINGLE, DistContext
+from trainer.errors import ConfigError
 from trainer.run_config import write_run_config
 from trainer.run_meta import write_run_meta
 
@@ -51,9 +57,13 @@ class DiskFullError(OSError):
 
 def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                     optimizer: torch.optim.Optimizer, extra: dict[str, Any] | None = None, keep: int = 3,
-                    run_config: TrainConfig | None = None, run_meta: dict[str, Any] | None = None) -> Path:
+                    run_config: TrainConfig | None = None, run_meta: dict[str, Any] | None = None,
+                    ctx: DistContext = SINGLE) -> Path:
     """Write step `step` atomically (tmp dir + rename), update `latest`, keep the newest `keep`; `run_config` and
-    `run_meta` (the dataset fingerprints, trainer/run_meta.py) are saved beside the weights."""
+    `run_meta` (the dataset fingerprints, trainer/run_meta.py) are saved beside the weights. Under FSDP every rank
+    calls it (module docstring)."""
+    if ctx.fsdp:
+        return _save_sharded(run_dir, step, model, tokenizer, optimizer, extra, keep, run_config, run_meta, ctx)
     root = checkpoint_dir(run_dir)
     final = root / f"step_{step}"
     tmp = root / f".tmp_step_{step}"
@@ -87,6 +97,47 @@ def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, toke
     steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
     for old in steps[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _save_sharded(run_dir: str | Path, step: int, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                  optimizer: torch.optim.Optimizer, extra: dict[str, Any] | None, keep: int,
+                  run_config: TrainConfig | None, run_meta: dict[str, Any] | None, ctx: DistContext) -> Path:
+    from trainer.checkpoint_sharded import full_model_state, save_shards
+
+    root = checkpoint_dir(run_dir)
+    final, tmp = root / f"step_{step}", root / f".tmp_step_{step}"
+    full = full_model_state(model)  # collective: every rank gathers, rank 0 writes the export
+    named = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+    full = {k: v for k, v in full.items() if k in named}  # tied weights once (the LM head tied to the embeddings)
+    if ctx.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    ctx.barrier()
+    save_shards(tmp, model, optimizer, ctx, _rng_state())  # collective
+    ctx.barrier()
+    if ctx.is_main:
+        previous = latest_checkpoint(run_dir)
+        kept = (f"the previous checkpoint {previous} is kept and --resume continues from it" if previous else
+                "there is no earlier checkpoint to resume from")
+        with disk_full_as_error(root, f"checkpoint {final}", tensor_bytes(full), kept,
+                                lambda: shutil.rmtree(tmp, ignore_errors=True)):
+            model.save_pretrained(tmp, state_dict=full)
+            tokenizer.save_pretrained(tmp)
+            if run_config is not None:
+                write_run_config(tmp, run_config)
+            if run_meta is not None:
+                write_run_meta(tmp, run_meta)
+            torch.save({"step": step, "optimizer": None, "sharded": ctx.world_size, "rng": _rng_state(),
+                        "extra": extra or {}}, tmp / STATE_FILE)
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+            (root / "latest.tmp").write_text(final.name + "\n")
+            (root / "latest.tmp").replace(root / "latest")
+        steps = sorted((p for p in root.glob("step_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
+        for old in steps[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    ctx.barrier()
     return final
 
 
@@ -157,9 +208,24 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return path if (path / STATE_FILE).exists() else None
 
 
-def load_trainer_state(path: str | Path, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore optimizer and RNG states from a checkpoint dir; returns the saved state dict."""
-    state = torch.load(Path(path) / STATE_FILE, weights_only=False)
+def load_trainer_state(path: str | Path, optimizer: torch.optim.Optimizer, model: torch.nn.Module | None = None,
+                       ctx: DistContext = SINGLE) -> dict[str, Any]:
+    """Restore optimizer and RNG states from a checkpoint dir (under FSDP: this rank's model and optimizer shards
+    and RNG states); returns the saved state dict."""
+    path = Path(path)
+    state = torch.load(path / STATE_FILE, weights_only=False)
+    sharded = state.get("sharded", 0)
+    if bool(sharded) != ctx.fsdp:
+        how = f"by {sharded} FSDP rank(s)" if sharded else "by one unsharded process"
+        run = (f"torchrun --nproc-per-node {sharded} -m trainer.cli train ... --resume" if sharded else
+               "alprl train ... --resume (no torchrun, distributed.fsdp=auto)")
+        raise ConfigError(f"--resume: {path} was written {how}; resume it as it ran ({run}), or start a new run "
+                         f"from its Hugging Face weights (model.path={path})")
+    if sharded:
+        from trainer.checkpoint_sharded import load_shards
+
+        _set_rng_state(load_shards(path, model, optimizer, ctx))
+        return state
     optimizer.load_state_dict(state["optimizer"])
     _set_rng_state(state["rng"])
     return state

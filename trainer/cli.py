@@ -404,7 +404,7 @@ def _run(args: argparse.Namespace, cfg: TrainConfig) -> int:
         from trainer.loop import train
 
         results = train(cfg, resume=args.resume, show_progress=show)
-        if results:
+        if results and os.environ.get("RANK", "0") in ("", "0"):  # under torchrun: rank 0 speaks for the run
             print(json.dumps({k: round(v, 4) for k, v in results[-1].metrics.items()}, indent=1))
     elif args.command == "demo":
         from trainer.demo import run_demo

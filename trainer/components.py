@@ -23,6 +23,8 @@ from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent
 from trainer.config import TrainConfig
+from trainer.distributed import SINGLE, DistContext, shard_policy, visible_devices
+from trainer.full_weights import full_named_parameters
 from trainer.reference import frozen
 from trainer.sampler_mismatch import SamplerSync, parse_sampler_quant
 from trainer.sft_cache import check_warm_start
@@ -44,6 +46,8 @@ class Components:
     sampler: SamplerSync | None = None
     """What the engine holds (fake-quantized, lagged weights; trainer/sampler_mismatch.py); None: the trainer's."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
+    dist: DistContext = SINGLE
+    """This process's rank, world size and device (trainer/distributed.py)."""
 
     def extra_modules(self) -> list[torch.nn.Module]:
         """Trainable state beside the model and its optimizer (the ALP log σ), for snapshots and checkpoints."""
@@ -53,7 +57,7 @@ class Components:
         """Push the trainer's weights into the inference engine (after every accepted or rolled-back update), as
         the sampler sees them: fake-quantized with rollout.sampler_quant, rollout.policy_lag updates old."""
         if self.sampler is None:
-            self.engine.update_weights(self.model.named_parameters())
+            self.engine.update_weights(full_named_parameters(self.model))
         else:
             self.sampler.push_update(self.engine, self.model)
 
@@ -112,29 +116,37 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig,
     return optimizer
 
 
-def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: int | None = None) -> Components:
+def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: int | None = None,
+                     ctx: DistContext = SINGLE) -> Components:
+    """Everything a run needs on this rank. The engine is built from the whole model before FSDP shards it (the
+    transformers engine keeps its own copy); `num_envs` defaults to this rank's episodes per step."""
     start = init_from or policy_path(cfg)  # checks the warm start once
     model, tokenizer = load_model_and_tokenizer(start)
     model.train()
     r = cfg.rollout
-    engine = make_engine(r.engine, model, tokenizer, model_path=start, dtype=r.dtype,
-                         temperature=r.temperature, top_p=r.top_p, seed=cfg.seed, schedule=r.schedule,
-                         gpu_memory_utilization=r.gpu_memory_utilization,
-                         tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
-                         kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None,
-                         enable_sleep_mode=r.enable_sleep_mode)
+    with visible_devices(ctx):  # a rank's colocated vLLM sees only the rank's own GPU
+        engine = make_engine(r.engine, model, tokenizer, model_path=start, dtype=r.dtype,
+                             temperature=r.temperature, top_p=r.top_p, seed=cfg.seed, schedule=r.schedule,
+                             gpu_memory_utilization=r.gpu_memory_utilization,
+                             tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
+                             kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None,
+                             enable_sleep_mode=r.enable_sleep_mode)
     if engine.max_model_len <= r.max_response_tokens:
         log.warning("the model's context (%d tokens, from %s) cannot hold a prompt plus rollout.max_response_tokens="
                     "%d: episodes end when the context is full. Lower rollout.max_response_tokens, or rebuild the "
                     "SFT model (`alprl sft --force`), which sizes its context to the budget",
                     engine.max_model_len, start, r.max_response_tokens)
-    n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size // ctx.world_size
+    model = shard_policy(model.to(ctx.device), cfg, ctx)  # FSDP2 under torchrun (no-op on one CPU process)
     perturbation = build_perturbation(model, cfg)
+    if perturbation is not None:
+        perturbation.to(ctx.device)
     # the start, also on resume (init_from is then a checkpoint): the KL keeps its anchor
-    reference = frozen(load_model_and_tokenizer(policy_path(cfg))[0]) if cfg.algo.kl_coef else None
+    reference = frozen(load_model_and_tokenizer(policy_path(cfg))[0].to(ctx.device)) if cfg.algo.kl_coef else None
     sampler = SamplerSync(model, parse_sampler_quant(r.sampler_quant, r.sampler_quant_group), r.policy_lag, r.dtype)
     sampler.initial_push(engine, model)  # the engine loaded full-precision weights
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
                       perturbation=perturbation, reference=reference, sampler=sampler,
-                      pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency, thread_name_prefix="env-step"))
+                      pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency, thread_name_prefix="env-step"),
+                      dist=ctx)

@@ -43,6 +43,7 @@ Legend: B trajectories, T response positions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -133,15 +134,20 @@ def _check(correction: str, level: str, semantics: str, upper: float, lower: flo
                          f"got lower={lower}, upper={upper}")
 
 
+BatchSum = Callable[[Tensor], Tensor]  # Σ over data-parallel ranks
+
+
 @torch.no_grad()
 def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, correction: str = "none",
                        corr_level: str = "token", corr_upper: float = 5.0, corr_lower: float | None = None,
                        mis_semantics: str = "paper", corr_k1_quirk: bool = False, corr_veto: bool = False,
                        corr_veto_threshold: float = 1e-4, corr_batch_norm: bool = False, rollout_rs: str = "",
-                       rollout_rs_threshold: str = "") -> Correction:
+                       rollout_rs_threshold: str = "", batch_sum: BatchSum | None = None) -> Correction:
     """Weights w and rejection mask m′ for one rollout batch; inputs (B, T), see the module docstring.
 
     corr_lower None means the semantics' default: 0 for `paper` (the ALP TIR scripts), 1/C for `verl`.
+    batch_sum: sums a tensor over the data-parallel ranks (in place), so `corr_batch_norm` divides by the mean over
+    the global batch; None: this batch is the whole batch.
     """
     if not (old_logp.shape == rollout_logp.shape == mask.shape):
         raise ValueError(f"compute_correction: shapes differ: old {tuple(old_logp.shape)}, rollout "
@@ -181,7 +187,7 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
         keep = keep * rs_keep
         metrics |= rs_metrics
     if corr_batch_norm:
-        weights, factor = _batch_normalize(weights, keep, corr_level)
+        weights, factor = _batch_normalize(weights, keep, corr_level, batch_sum)
         metrics["rollout_corr/rollout_is_batch_norm_factor"] = factor
     weights = weights * keep
     metrics["rollout_corr/weight_mean"] = masked_mean(weights, keep).item()
@@ -219,13 +225,19 @@ def _veto(delta: Tensor, m: Tensor, weights: Tensor, keep: Tensor, threshold: fl
     }
 
 
-def _batch_normalize(weights: Tensor, keep: Tensor, level: str) -> tuple[Tensor, float]:
+def _batch_normalize(weights: Tensor, keep: Tensor, level: str,
+                     batch_sum: BatchSum | None = None) -> tuple[Tensor, float]:
+    """w / mean(w): over kept tokens, or for sequence-level weights over the kept rows' mean weights."""
     if level not in ("seq", "geo"):  # token and per-turn values: over tokens
-        mean = masked_mean(weights, keep)
+        parts = torch.stack([(weights * keep).sum(), keep.sum()]).double()
     else:
         n = keep.sum(-1)  # (B,)
         rows = n > 0
-        mean = ((weights * keep).sum(-1)[rows] / n[rows]).mean() if rows.any() else weights.new_zeros(())
+        row_means = (weights * keep).sum(-1)[rows] / n[rows]
+        parts = torch.stack([row_means.sum(), rows.sum()]).double()
+    if batch_sum is not None:
+        parts = batch_sum(parts)
+    mean = (parts[0] / parts[1]).to(weights.dtype) if parts[1] > 0 else weights.new_zeros(())
     if mean > 1e-8:
         return weights / mean, mean.item()
     return weights, 1.0

@@ -6,7 +6,9 @@
   the batch keeps the first that many (verl keeps the first train_batch_size). When the rounds run out,
   zero-variance groups fill the rest of the batch (no gradient from them; verl raises instead) and
   `dapo/groups_kept` says how many informative groups the step had. Refill prompts are drawn
-  from (seed, step, round) only and never repeat a prompt of the step, so a resumed run replays them.
+  from (seed, step, round) only and never repeat a prompt of the step, so a resumed run replays them. Under data
+  parallelism each rank fills its own share (prompts_per_step / N groups) from the train prompts ≡ rank (mod N),
+  so ranks never refill with the same prompt and every rank ends with the same batch size.
 - Overlong filtering (`algo.overlong_filter`): an episode that ran into the response budget
   (`info["budget_exhausted"]`, or `rollout.max_response_tokens` response tokens) is left out of the loss (its loss mask is zeroed); its reward still counts in
   its group's advantage baseline, as in verl.
@@ -37,21 +39,25 @@ def informative(group: list[Trajectory]) -> bool:
     return len({t.reward for t in group}) > 1
 
 
-def refill_indices(cfg: TrainConfig, step: int, round_: int, used: set[int], n: int) -> list[int]:
-    """`n` train prompts for refill round `round_` of `step`, none of them in `used` (fewer if none are left)."""
+def refill_indices(cfg: TrainConfig, step: int, round_: int, used: set[int], n: int, rank: int = 0,
+                   world: int = 1) -> list[int]:
+    """`n` train prompts for refill round `round_` of `step`, none of them in `used` (fewer if none are left); on
+    rank r of N, only prompts ≡ r (mod N) of the pool."""
     size = dataset_train_size(cfg)
     pool = range(size) if size is not None else RL_TRAIN_INDICES
-    rest = [i for i in pool if i not in used]
-    return random.Random(derive_seed("dapo-refill", cfg.seed, step, round_)).sample(rest, min(n, len(rest)))
+    rest = [i for j, i in enumerate(pool) if i not in used and j % world == rank]
+    key = (cfg.seed, step, round_) if world == 1 else (cfg.seed, step, round_, rank, world)
+    return random.Random(derive_seed("dapo-refill", *key)).sample(rest, min(n, len(rest)))
 
 
-def collect_dynamic(cfg: TrainConfig, step: int, first: list[EpisodeSpec], run: Run,
-                    seed: int) -> tuple[list[Trajectory], dict[str, float]]:
-    """The step's rollouts with zero-variance groups dropped and refilled (module docstring)."""
-    want, k = cfg.rollout.prompts_per_step, cfg.rollout.group_size
+def collect_dynamic(cfg: TrainConfig, step: int, first: list[EpisodeSpec], run: Run, seed: int, rank: int = 0,
+                    world: int = 1, step_indices: set[int] | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+    """The step's rollouts with zero-variance groups dropped and refilled (module docstring): `first` is this
+    rank's share, `step_indices` every prompt of the step on all ranks (default: those of `first`)."""
+    want, k = cfg.rollout.prompts_per_step // world, cfg.rollout.group_size
     kept: list[list[Trajectory]] = []
     flat: list[list[Trajectory]] = []  # zero-variance groups, in case the rounds run out
-    used = {s.options["index"] for s in first}
+    used = set(step_indices) if step_indices is not None else {s.options["index"] for s in first}
     specs, rounds = first, 0
     while specs:
         rounds += 1
@@ -63,7 +69,7 @@ def collect_dynamic(cfg: TrainConfig, step: int, first: list[EpisodeSpec], run: 
             (kept if informative(group) else flat).append(group)
         if len(kept) >= want or rounds >= cfg.algo.dynamic_max_rounds:
             break
-        indices = refill_indices(cfg, step, rounds, used, want - len(kept))
+        indices = refill_indices(cfg, step, rounds, used, want - len(kept), rank, world)
         used.update(indices)
         specs = group_specs(indices, "train", k)
     informative_groups = min(len(kept), want)

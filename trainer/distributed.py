@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -46,6 +47,7 @@ class DistContext:
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     fsdp: bool = False
+    owns_group: bool = False  # this process created the process group (and destroys it at the end)
 
     @property
     def enabled(self) -> bool:
@@ -112,14 +114,19 @@ def check_world_size(cfg: TrainConfig) -> int:
         if r.prompts_per_step % world:
             raise ConfigError(f"rollout.prompts_per_step={r.prompts_per_step} does not split over {world} ranks "
                               f"(groups never span two ranks); use a multiple of {world}")
-        unsupported = [name for name, on in (("algo.mipu_screen", cfg.algo.mipu_screen),
-                                             ("perturb.sprpo_adaptive", cfg.perturb.sprpo_adaptive),
-                                             ("algo.dynamic_sampling", cfg.algo.dynamic_sampling),
-                                             ("algo.corr_batch_norm", cfg.algo.corr_batch_norm)) if on]
-        if unsupported:
-            raise ConfigError(f"{', '.join(unsupported)}: not supported with {world} processes yet (their decisions "
-                              "or batch statistics are per rank); run on one process or turn them off")
+        val = cfg.algo.mipu_val_prompts or r.prompts_per_step
+        if cfg.algo.mipu_screen and val % world:
+            raise ConfigError(f"MIPU validates on {val} prompts (algo.mipu_val_prompts), which do not split over "
+                              f"{world} ranks; use a multiple of {world}")
     return world
+
+
+def rank_share(items: list, ctx: DistContext) -> tuple[list, int]:
+    """(this rank's contiguous share of a step's episodes, the index of its first): whole GRPO groups, since the
+    group count is a multiple of the world size (`check_world_size`)."""
+    per_rank = len(items) // ctx.world_size
+    first = ctx.rank * per_rank
+    return items[first: first + per_rank], first
 
 
 def init_distributed(cfg: TrainConfig) -> DistContext:
@@ -134,7 +141,8 @@ def init_distributed(cfg: TrainConfig) -> DistContext:
     fsdp = mode == "on" or (mode == "auto" and (world > 1 or bf16))  # bf16 compute is FSDP's MixedPrecisionPolicy
     if world == 1 and not fsdp:
         return DistContext(device=device)
-    if not dist.is_initialized():
+    owns = not dist.is_initialized()
+    if owns:
         backend = cfg.distributed.backend if cfg.distributed.backend != "auto" else ("nccl" if cuda else "gloo")
         if world == 1:  # distributed.fsdp=on without torchrun: a process group of one
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -143,7 +151,7 @@ def init_distributed(cfg: TrainConfig) -> DistContext:
         else:
             dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
-                       device=device, fsdp=fsdp)
+                       device=device, fsdp=fsdp, owns_group=owns)
 
 
 def _free_port() -> int:
@@ -154,8 +162,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextmanager
+def visible_devices(ctx: DistContext) -> Iterator[None]:
+    """While a rank starts its colocated engine on a GPU node with several ranks: CUDA_VISIBLE_DEVICES names only
+    the rank's own GPU, so the engine's spawned processes (vLLM's engine core) use that one. This process's CUDA
+    view is fixed by then and unaffected."""
+    if ctx.device.type != "cuda" or not ctx.enabled:
+        yield
+        return
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    physical = previous.split(",")[ctx.local_rank] if previous else str(ctx.local_rank)
+    os.environ["CUDA_VISIBLE_DEVICES"] = physical
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
 def close_distributed(ctx: DistContext) -> None:
-    if dist.is_initialized():
+    if ctx.owns_group and dist.is_initialized():
         dist.destroy_process_group()
 
 
@@ -225,10 +253,3 @@ def clip_global_grad_norm(ctx: DistContext, params: list[Tensor], max_norm: floa
         for g in grads:
             g.mul_(scale.to(device=g.device, dtype=g.dtype))
     return float(total)
-
-
-def full_named_parameters(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
-    """(name, full tensor) of every parameter, one all-gather per sharded parameter (never the whole model at
-    once); every rank must iterate in step. Unsharded parameters are yielded as they are."""
-    for name, p in model.named_parameters():
-        yield name, (p.full_tensor() if isinstance(p, DTensor) else p)

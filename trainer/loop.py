@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import random
+import resource
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +30,10 @@ from trainer.algorithms import AlgorithmState
 from trainer.algorithms.mipu import candidate_snapshot, screen_candidate
 from trainer.algorithms.quatro import quatro_targets
 from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
-from trainer.components import Components, build_components
+from trainer.components import Components, build_components, make_envs
 from trainer.config import TrainConfig, to_dict
 from trainer.dapo import collect_dynamic, overlong_shaping
+from trainer.distributed import DistContext, close_distributed, init_distributed, rank_share
 from trainer.logger import MetricLogger
 from trainer.metrics import mean_of, rollout_metrics
 from trainer.mismatch_metrics import mismatch_diagnostics
@@ -65,17 +68,21 @@ def collect_rollouts(c: Components, cfg: TrainConfig, step: int) -> list[Traject
 
 
 def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Trajectory], dict[str, float]]:
-    """The step's rollouts and their sampling metrics; with `algo.dynamic_sampling` zero-variance groups are
-    dropped and refilled (trainer/dapo.py)."""
-    specs = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
+    """This rank's rollouts of the step and their sampling metrics; with `algo.dynamic_sampling` zero-variance
+    groups are dropped and refilled (trainer/dapo.py). Each episode samples with the seeds it has in the whole
+    step's batch, so N ranks play the episodes one process would."""
+    every = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
+    specs, first = rank_share(every, c.dist)
     limits = rollout_limits(cfg)
 
     def run(batch_specs: list, seed: int) -> list[Trajectory]:
-        return run_episodes(c.engine, c.agent, c.envs, batch_specs, limits, seed=seed, pool=c.pool)
+        return run_episodes(c.engine, c.agent, c.envs, batch_specs, limits, seed=seed, pool=c.pool,
+                            first_index=first)
 
     seed = derive_seed("rollout", cfg.seed, step)
     if cfg.algo.dynamic_sampling:
-        return collect_dynamic(cfg, step, specs, run, seed)
+        return collect_dynamic(cfg, step, specs, run, seed, c.dist.rank, c.dist.world_size,
+                               step_indices={s.options["index"] for s in every})
     return run(specs, seed), {}
 
 
@@ -102,7 +109,7 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
                              noise_base=derive_seed("alp-noise", cfg.seed, step, k),
                              norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens,
                              diagnose=diag_suffixes(k, len(minibatches)) if cfg.diagnostics.every else (),
-                             extra_forwards=diagnose, diag_rows=cfg.diagnostics.rows)
+                             extra_forwards=diagnose, diag_rows=cfg.diagnostics.rows, ctx=c.dist)
                for k, rows in enumerate(minibatches)]
     metrics = mean_of(records)
     metrics["actor/grad_norm_nonfinite"] = sum(r["actor/grad_norm_nonfinite"] for r in records)
@@ -114,10 +121,25 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
 
 
 def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int) -> StepResult:
+    start = time.perf_counter()
     trajs, sampling = collect_step(c, cfg, step)
+    sampled = time.perf_counter()
     result = learn(c, cfg, algos, trajs, step)
-    result.metrics |= sampling
+    result.metrics |= sampling | step_timing(trajs, start, sampled, time.perf_counter(), c.dist.device)
     return result
+
+
+def step_timing(trajs: list[Trajectory], start: float, sampled: float, end: float,
+                device: torch.device) -> dict[str, float]:
+    """`perf/*`: seconds of the rollout and of the rest of the step (update and weight sync), sampled tokens per
+    second of rollout, and peak memory so far (the device's allocator on a GPU, else the process's max RSS)."""
+    tokens = sum(int(sum(t.loss_mask)) for t in trajs)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return {"perf/rollout_s": sampled - start, "perf/update_s": end - sampled, "perf/step_s": end - start,
+            "perf/rollout_tokens_per_s": tokens / max(sampled - start, 1e-9), "perf/peak_memory_gib": peak / 2**30}
 
 
 def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int) -> StepResult:
@@ -133,17 +155,18 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
             metrics |= kl_metrics
     batch.advantages, adv_metrics = compute_advantages(batch, cfg)
     metrics |= adv_metrics
-    batch.corr_weights, batch.corr_keep, corr_metrics = prepare_corrections(cfg.algo, batch)
+    batch.corr_weights, batch.corr_keep, corr_metrics = prepare_corrections(
+        cfg.algo, batch, batch_sum=c.dist.all_reduce_sum if c.dist.enabled else None)
     metrics |= corr_metrics
     if cfg.algo.quatro_delta:  # QUATRO: per-query duals → trust-region target log-ratios
         batch.quatro_targets, quatro_metrics = quatro_targets(cfg.algo, batch)
         metrics |= quatro_metrics
     if cfg.perturb.sprpo_adaptive:  # SPrPO: σ per layer from a sensitivity probe (every sprpo_every steps)
-        metrics |= algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step)
+        metrics |= algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step, c.dist)
     metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
     if c.sampler is not None:  # the dialled mismatch behind them: fake quantization, dtype, policy lag
         metrics |= c.sampler.metrics()
-    if is_periodic_step(step, cfg.diagnostics.scatter_every, 1, cfg.steps):  # Fig. 10's (π_train, μ) sample
+    if c.dist.is_main and is_periodic_step(step, cfg.diagnostics.scatter_every, 1, cfg.steps):  # Fig. 10's sample
         metrics |= save_scatter(cfg.output_dir, step, batch.old_logp, batch.rollout_logp, batch.loss_mask,
                                 seed=cfg.seed, max_points=cfg.diagnostics.scatter_points)
     snapshot = candidate_snapshot(c) if cfg.algo.mipu_screen else None
@@ -157,15 +180,32 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
 
 
 def evaluate(c: Components, cfg: TrainConfig, step: int) -> dict[str, float]:
-    """Held-out (test split) evaluation; per-episode records go to `<run>/eval/step_<k>.jsonl`."""
+    """Held-out (test split) evaluation; per-episode records go to `<run>/eval/step_<k>.jsonl`. Under data
+    parallelism rank 0 evaluates alone (the same records as one process; the others wait) and the summary is
+    broadcast."""
     s = eval_settings(cfg)  # what `alprl eval` and `alprl robustness` read from a checkpoint's run config too
+    summary = None
     with c.trainer_weights_in_engine():  # not the sampler's quantized / lagged view, as `alprl eval` sees it
-        records = evaluation_records(c.engine, c.agent, c.envs[: s.num_envs], "test", cfg.eval_tasks, s.limits,
+        if c.dist.is_main:  # (every rank swaps weights in step: sharded parameters are gathered together)
+            summary = summarize(evaluation_episodes(c, cfg, s, step), "eval")
+        summary = c.dist.broadcast_object(summary)
+    return summary
+
+
+def evaluation_episodes(c: Components, cfg: TrainConfig, s, step: int) -> list[dict]:
+    """The held-out records of step `step`, written to `<run>/eval/step_<k>.jsonl`."""
+    envs = c.envs if len(c.envs) >= s.num_envs else make_envs(cfg, s.num_envs)  # a rank holds its share only
+    try:
+        records = evaluation_records(c.engine, c.agent, envs[: s.num_envs], "test", cfg.eval_tasks, s.limits,
                                      samples_per_task=s.samples_per_task, greedy=s.greedy, seed=s.seed, pool=c.pool)
+    finally:
+        if envs is not c.envs:
+            for env in envs:
+                env.close()
     out = Path(cfg.output_dir) / "eval"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"step_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    return summarize(records, "eval")
+    return records
 
 
 def extra_state(c: Components, algos: AlgorithmState) -> dict:
@@ -194,29 +234,45 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; run without --resume")
+    ctx = init_distributed(cfg)  # torchrun's process group and this rank's device (one CPU process: nothing)
+    try:
+        return _train(cfg, ctx, ckpt, show_progress, evaluate_at_start)
+    finally:
+        close_distributed(ctx)
+
+
+def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress: bool,
+           evaluate_at_start: bool) -> list[StepResult]:
+    run_dir = Path(cfg.output_dir)
     seed_everything(cfg.seed)
-    c = build_components(cfg, init_from=str(ckpt) if ckpt else None)
+    c = build_components(cfg, init_from=str(ckpt) if ckpt else None, ctx=ctx)
     algos = AlgorithmState()
-    start = load_extra_state(c, algos, load_trainer_state(ckpt, c.optimizer)) if ckpt else 0
-    run_meta = start_run_meta(run_dir, cfg, resuming=ckpt is not None)  # the dataset files' fingerprints
+    start = load_extra_state(c, algos, load_trainer_state(ckpt, c.optimizer, model=c.model, ctx=ctx)) if ckpt else 0
+    main = ctx.is_main  # rank 0 alone writes the run's files
+    run_meta = start_run_meta(run_dir, cfg, resuming=ckpt is not None) if main else None  # dataset fingerprints
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb,
-                          config=to_dict(cfg) | {"run_meta": run_meta})
+                          config=to_dict(cfg) | {"run_meta": run_meta}) if main else None
     results = []
     try:
         if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
-            logger.log(0, evaluate(c, cfg, 0))
-        with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress) as bar:
+            at_start = evaluate(c, cfg, 0)
+            if logger:
+                logger.log(0, at_start)
+        with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress and main) as bar:
             for step in range(start + 1, cfg.steps + 1):
                 result = train_step(c, cfg, algos, step)
                 if cfg.eval_tasks and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
                     result.metrics |= evaluate(c, cfg, step)
-                logger.log(step, result.metrics)
+                result.metrics = ctx.mean_metrics(result.metrics)  # over ranks (the loss and grad norm are global)
+                if logger:
+                    logger.log(step, result.metrics)
                 results.append(result)
                 if step % cfg.save_every == 0 or step == cfg.steps:
                     save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer, extra=extra_state(c, algos),
-                                    run_config=cfg, run_meta=run_meta)
+                                    run_config=cfg, run_meta=run_meta, ctx=ctx)
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
     finally:
-        logger.close()
+        if logger:
+            logger.close()
         c.close()
     return results

@@ -26,7 +26,7 @@ import inspect
 import torch
 
 from trainer.config import AlgoConfig
-from trainer.corrections import compute_correction
+from trainer.corrections import BatchSum, compute_correction
 from trainer.losses import REQUIRED_AGG, aggregate, get_policy_loss, kl_penalty, masked_fill_zero, masked_mean
 from trainer.types import Batch
 
@@ -47,16 +47,19 @@ def loss_kwargs(algo: AlgoConfig, name: str | None = None) -> dict:
 
 
 def correction_kwargs(algo: AlgoConfig) -> dict:
-    """Flat correction settings (`compute_correction` keywords are AlgoConfig field names)."""
-    return {n: getattr(algo, n) for n in _keyword_names(compute_correction)}
+    """Flat correction settings (`compute_correction` keywords are AlgoConfig field names, but for the rank sum)."""
+    return {n: getattr(algo, n) for n in _keyword_names(compute_correction) if n != "batch_sum"}
 
 
-def prepare_corrections(algo: AlgoConfig, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+def prepare_corrections(algo: AlgoConfig, batch: Batch,
+                        batch_sum: BatchSum | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """w and m′ once for the rollout batch (needs `batch.old_logp`): (weights (B, T), keep (B, T), `rollout_corr/*`),
-    which the caller stores as `batch.corr_weights` / `batch.corr_keep`."""
+    which the caller stores as `batch.corr_weights` / `batch.corr_keep`. `batch_sum` sums over data-parallel
+    ranks (batch-normalized weights use the global mean)."""
     if batch.old_logp is None:
         raise ValueError("prepare_corrections: batch.old_logp is None; run the old-log-prob stage first")
-    corr = compute_correction(batch.old_logp, batch.rollout_logp, batch.loss_mask, **correction_kwargs(algo))
+    corr = compute_correction(batch.old_logp, batch.rollout_logp, batch.loss_mask, **correction_kwargs(algo),
+                              batch_sum=batch_sum)
     return corr.weights, corr.keep, corr.metrics
 
 

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from agents.engines.base import Engine
 from agents.engines.hf import DTYPES
 from evaluation.robustness import fake_quantize, parse_quant, target_linears
+from trainer.full_weights import full_named_parameters
 
 Named = Iterable[tuple[str, Tensor]]
 
@@ -74,8 +75,9 @@ def quantized_names(model: nn.Module) -> frozenset[str]:
 
 
 def cpu_copy(model: nn.Module) -> dict[str, Tensor]:
-    """The named parameters (the names engines take: tied weights once), cloned to the CPU."""
-    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters()}
+    """The named parameters (the names engines take: tied weights once), whole (gathered when FSDP shards them),
+    cloned to the CPU."""
+    return {name: p.detach().to("cpu", copy=True) for name, p in full_named_parameters(model)}
 
 
 def dtype_bits(name: str) -> int:
@@ -113,7 +115,7 @@ class SamplerSync:
     def initial_push(self, engine: Engine, model: nn.Module) -> None:
         """The engine loaded the full-precision model: replace it by the quantized view (nothing else to do)."""
         if self.quant is not None:
-            engine.update_weights(self._view(model.named_parameters()))
+            engine.update_weights(self._view(full_named_parameters(model)))
 
     def push_update(self, engine: Engine, model: nn.Module) -> None:
         """After an update: record it as a new version and push the one `lag` versions old (or the oldest kept)."""
@@ -124,12 +126,12 @@ class SamplerSync:
 
     def push_current(self, engine: Engine, model: nn.Module) -> None:
         """Push the sampler's view of the current version again (after `push_trainer_weights`)."""
-        source = self.versions[0][1].items() if self.lag else model.named_parameters()
+        source = self.versions[0][1].items() if self.lag else full_named_parameters(model)
         engine.update_weights(self._view(source))
 
     def push_trainer_weights(self, engine: Engine, model: nn.Module) -> None:
         """The trainer's own weights, unquantized and current (held-out evaluation measures the trained policy)."""
-        engine.update_weights(model.named_parameters())
+        engine.update_weights(full_named_parameters(model))
 
     def metrics(self) -> dict[str, float]:
         """`mismatch/*`: the knobs and what the engine holds now (call at rollout time, before the update)."""

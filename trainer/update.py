@@ -17,7 +17,13 @@ from torch import nn
 
 from agents.perturbation import LayerwisePerturbation, noise_seed
 from trainer.config import AlgoConfig
-from trainer.distributed import SINGLE, DistContext, clip_global_grad_norm, global_counts, reduce_replicated_grads
+from trainer.distributed import (
+    SINGLE,
+    DistContext,
+    clip_global_grad_norm,
+    global_counts,
+    reduce_replicated_grads,
+)
 from trainer.logprobs import compute_logprobs
 from trainer.objective import denominators, micro_batch_objective
 from trainer.ratio_diagnostics import RatioProbe, layer_group_prob_shift, spaced_rows

@@ -68,3 +68,19 @@ def test_bad_dapo_settings_are_refused():
         build_config(None, ["algorithm=dapo", "rollout.group_size=1"])
     with pytest.raises(ConfigError, match="overlong_buffer"):
         build_config(None, ["algo.overlong_buffer=5000", "rollout.max_response_tokens=4000"])
+
+
+def test_each_data_parallel_rank_fills_its_own_share_with_prompts_no_other_rank_draws():
+    cfg = _cfg()
+    every = group_specs([10, 11, 12, 13], "train", 2)  # the step's 4 prompts; rank r holds 2 of them
+    filled, refills = {}, {}
+    for rank in (0, 1):
+        flat = {10, 11, 12, 13}  # every first-round group is uninformative: both ranks refill
+        run, calls = fake_run(flat)
+        trajs, metrics = collect_dynamic(cfg, 3, every[rank * 4: (rank + 1) * 4], run, seed=5, rank=rank, world=2,
+                                         step_indices={10, 11, 12, 13})
+        filled[rank] = len(trajs)
+        refills[rank] = {i for indices, _ in calls[1:] for i in indices}
+    assert filled == {0: 4, 1: 4}  # prompts_per_step / world groups of group_size each
+    assert refills[0] and refills[1] and not refills[0] & refills[1]  # disjoint pools, none of the step's prompts
+    assert not (refills[0] | refills[1]) & {10, 11, 12, 13}

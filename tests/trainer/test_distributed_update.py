@@ -25,7 +25,8 @@ from agents.perturbation import LayerwisePerturbation
 from agents.trajectory import Trajectory
 from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.config import build_config
-from trainer.distributed import DistContext, full_named_parameters, shard_policy
+from trainer.distributed import DistContext, shard_policy
+from trainer.full_weights import full_named_parameters
 from trainer.objective import prepare_corrections
 from trainer.types import collate
 from trainer.update import old_logprobs, update_policy
@@ -113,3 +114,67 @@ def test_two_ranks_equal_one_process_on_the_global_batch(preset):
     if preset == "seq_alp":  # one σ per layer, the same on every rank after the step
         assert torch.equal(ranks[0][3], ranks[1][3])
     assert metrics["actor/grad_norm"] > 0.5  # the clip acted: the global norm, not a rank's, was clipped to
+
+
+def sprpo_rank(rank: int, port: int, out: dict) -> None:
+    """SPrPO's allocation on an FSDP model, each rank probing its own half of the batch."""
+    from trainer.algorithms.sprpo import Allocator
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        cfg = build_config(None, ["algorithm=sprpo", "perturb.sprpo_adaptive=true", "perturb.learnable=false"])
+        ctx = DistContext(rank=rank, world_size=WORLD, fsdp=True)
+        model = tiny_model()
+        batch = global_batch(model)
+        pert = LayerwisePerturbation(model, "all", 1e-3, learnable=False)
+        model = shard_policy(model, cfg, ctx)
+        per_rank = GROUPS * GROUP_SIZE // WORLD
+        local = batch.select(torch.arange(rank * per_rank, (rank + 1) * per_rank))
+        allocator = Allocator()
+        metrics = allocator.maybe_allocate(model, pert, local, cfg, 1, ctx)
+        out[rank] = (pert.sigmas().clone(), allocator.gain, metrics["perturb/sprpo_kl"])
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sprpo_allocates_the_same_sigmas_on_every_rank():
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(sprpo_rank, args=(free_port(), out), nprocs=WORLD, join=True)
+        ranks = dict(copy.deepcopy(out))
+    (s0, g0, kl0), (s1, g1, kl1) = ranks[0], ranks[1]
+    assert torch.equal(s0, s1) and g0 == g1 and kl0 == kl1  # averaged measurements, one decision
+    assert (s0 > 0).all() and not torch.allclose(s0, torch.full_like(s0, 1e-3))  # σ was reallocated
+
+
+def batch_norm_rank(rank: int, port: int, out: dict) -> None:
+    from trainer.objective import prepare_corrections
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        ctx = DistContext(rank=rank, world_size=WORLD)
+        cfg = build_config(None, ["algorithm=token_mis", "algo.corr_batch_norm=true"])
+        batch = global_batch(tiny_model())
+        per_rank = GROUPS * GROUP_SIZE // WORLD
+        local = batch.select(torch.arange(rank * per_rank, (rank + 1) * per_rank))
+        weights, keep, metrics = prepare_corrections(cfg.algo, local, batch_sum=ctx.all_reduce_sum)
+        out[rank] = (weights, metrics["rollout_corr/rollout_is_batch_norm_factor"])
+    finally:
+        dist.destroy_process_group()
+
+
+def test_batch_normalized_weights_use_the_global_batch_mean():
+    from trainer.objective import prepare_corrections
+
+    cfg = build_config(None, ["algorithm=token_mis", "algo.corr_batch_norm=true"])
+    batch = global_batch(tiny_model())
+    whole, _, metrics = prepare_corrections(cfg.algo, batch)
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(batch_norm_rank, args=(free_port(), out), nprocs=WORLD, join=True)
+        ranks = dict(copy.deepcopy(out))
+    per_rank = GROUPS * GROUP_SIZE // WORLD
+    for rank, (weights, factor) in ranks.items():
+        assert factor == pytest.approx(metrics["rollout_corr/rollout_is_batch_norm_factor"], rel=1e-6)
+        mine = whole[rank * per_rank: (rank + 1) * per_rank, : weights.shape[1]]
+        torch.testing.assert_close(weights, mine, rtol=1e-6, atol=1e-7)

@@ -43,6 +43,7 @@ from envs.splits import derive_seed
 from trainer.advantages import group_advantages
 from trainer.components import Components
 from trainer.config import TrainConfig
+from trainer.distributed import rank_share
 from trainer.losses import LOG_RATIO_CLAMP
 from trainer.tasks import rollout_limits, validation_specs
 from trainer.types import collate
@@ -138,18 +139,23 @@ def gap_proxy(new_logp: Tensor, rollout_logp: Tensor, mask: Tensor, adv: Tensor)
 
 def validation_gap(c: Components, cfg: TrainConfig, step: int) -> tuple[float, dict[str, float]]:
     """Sample validation groups from the (already synced) engine and return T̂ with `mipu/val_*` metrics."""
-    specs = validation_specs(cfg, step)
+    specs, first = rank_share(validation_specs(cfg, step), c.dist)  # data parallel: this rank's groups
     limits = dataclasses.replace(rollout_limits(cfg), mask_void_turns=False)  # every sample of μ counts
     trajs = []
     for start in range(0, len(specs), len(c.envs)):  # no more episodes at once than there are envs
         trajs += run_episodes(c.engine, c.agent, c.envs, specs[start: start + len(c.envs)], limits,
-                              seed=derive_seed("mipu-validation-sampling", cfg.seed, step, start), pool=c.pool)
+                              seed=derive_seed("mipu-validation-sampling", cfg.seed, step, first + start),
+                              pool=c.pool)
     batch = collate(trajs, c.tokenizer.pad_token_id)
     algo = cfg.algo
     adv, adv_metrics = group_advantages(batch.rewards, batch.group_ids, norm_by_std=algo.adv_norm_by_std,
                                         leave_one_out=algo.adv_leave_one_out)
     new_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
     t_post, stats = gap_proxy(new_logp, batch.rollout_logp, batch.loss_mask, adv)
+    if c.dist.enabled:  # T̂ over every rank's rows: one accept/reject decision for all
+        total = c.dist.all_reduce_sum(torch.tensor([t_post * stats["mipu/val_rows"], stats["mipu/val_rows"]],
+                                                   dtype=torch.float64))
+        t_post = float(total[0] / total[1]) if total[1] > 0 else 0.0
     stats |= {"mipu/val_degenerate_frac": adv_metrics["adv/degenerate_group_frac"],
               "mipu/val_reward": batch.rewards.mean().item()}
     return t_post, stats

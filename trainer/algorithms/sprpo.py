@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from agents.perturbation import LayerwisePerturbation, decoder_layers
 from envs.splits import derive_seed
 from trainer.config import TrainConfig
+from trainer.distributed import SINGLE, DistContext
 from trainer.logprobs import compute_logprobs
 from trainer.losses import kl_penalty, masked_mean
 from trainer.types import Batch
@@ -156,11 +157,13 @@ class Allocator:
     last_step: int = 0
 
     def maybe_allocate(self, model: nn.Module, perturbation: LayerwisePerturbation | None, batch: Batch,
-                       cfg: TrainConfig, step: int) -> dict[str, float]:
+                       cfg: TrainConfig, step: int, ctx: DistContext = SINGLE) -> dict[str, float]:
         """Reallocate σ at the first step and then every `perturb.sprpo_every` steps; {} when off or not due.
 
         A batch without any trainable token (e.g. every trajectory void) cannot be probed: the allocation is
-        skipped (`perturb/sprpo_skipped`) and retried at the next step.
+        skipped (`perturb/sprpo_skipped`) and retried at the next step. Under data parallelism every rank probes
+        its own rows and the measurements are averaged over ranks, so all ranks write the same σ and gain (and
+        skip together when any rank has nothing to probe).
         """
         p = cfg.perturb
         if not p.sprpo_adaptive:
@@ -168,30 +171,36 @@ class Allocator:
         perturbation = check_perturbation(perturbation)
         if self.last_step and step - self.last_step < max(p.sprpo_every, 1):
             return {}
-        if not bool((batch.loss_mask.sum(-1) > 0).any()):
+        probeable = torch.tensor(float((batch.loss_mask.sum(-1) > 0).any()))
+        if float(ctx.all_reduce_sum(probeable)) < ctx.world_size:
             return {"perturb/sprpo_skipped": 1.0}
-        metrics = self.allocate(model, perturbation, batch, cfg, step)
+        metrics = self.allocate(model, perturbation, batch, cfg, step, ctx)
         self.last_step = step
         return metrics | {"perturb/sprpo_skipped": 0.0}
 
     def allocate(self, model: nn.Module, perturbation: LayerwisePerturbation, batch: Batch, cfg: TrainConfig,
-                 step: int) -> dict[str, float]:
+                 step: int, ctx: DistContext = SINGLE) -> dict[str, float]:
         """Probe, allocate, measure, adapt the gain; writes σ into `perturbation`; returns `perturb/sprpo_*`."""
         p, temperature = cfg.perturb, cfg.rollout.temperature
-        seed = derive_seed("sprpo-probe", cfg.seed, step)
+        seed = derive_seed("sprpo-probe", cfg.seed, step) + ctx.rank  # ranks probe their own rows, own noise
+
+        def over_ranks(t: Tensor) -> Tensor:  # the mean over ranks (the value itself on one process)
+            return ctx.all_reduce_sum(t.detach().double().cpu().clone()) / ctx.world_size if ctx.enabled else t
         was_training = model.training
         model.eval()
         try:
             sub = batch.select(probe_rows(batch, max(min(p.sprpo_probe_rows, cfg.optim.micro_batch_size), 1), seed))
-            rms = layer_input_rms(model, sub)  # (num_layers,)
+            rms = over_ranks(layer_input_rms(model, sub))  # (num_layers,)
             clean_logp, _ = compute_logprobs(model, sub, temperature)
             layers = perturbation.layer_ids
-            sens = probe_sensitivity(model, sub, layers, rms, p.sprpo_probe_scale, clean_logp, temperature, seed)
+            sens = over_ranks(probe_sensitivity(model, sub, layers, rms, p.sprpo_probe_scale, clean_logp,
+                                                temperature, seed))
             sigma, xi, predicted = allocate_sigmas(sens, rms[layers], probe_scale=p.sprpo_probe_scale,
                                                    target_kl=p.sprpo_target_kl, gain=self.gain)
             _write_sigma(perturbation, sigma)
             kl, clip = measure_perturbation(model, sub, perturbation, clean_logp, temperature, seed + 1,
                                             cfg.algo.clip_low, cfg.algo.clip_high)
+            kl, clip = over_ranks(torch.tensor([kl, clip], dtype=torch.float64)).tolist()
         finally:
             model.train(was_training)
         old_gain = self.gain
