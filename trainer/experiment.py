@@ -93,6 +93,9 @@ class Suite:
     """Compare every other method with this one under the same setting (grpo)."""
     baseline_setting: str = ""
     """Or, for one-method suites: compare every other setting with this one (same method)."""
+    also_compare: tuple[tuple[str, str], ...] = ()
+    """More (arm, against) pairs the claim needs beyond the baseline: methods under each setting (method
+    suites) or settings of each method (one-method suites)."""
     robustness: bool = False
     """Run the robustness sweep on each cell's final checkpoint."""
     claim: str = ""
@@ -150,10 +153,13 @@ SUITES = {s.name: s for s in (
     Suite("alp", "GRPO, Seq-Bypass, Seq/Token-MIS and Token/Seq-ALP under one dialled mismatch (ALP Tables 1/3, "
           "Figures 1-5, 10)", ("grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp"),
           _alp_settings, baseline_method="grpo", claim="under training-inference mismatch Token/Seq-ALP reach a "
-          "higher held-out avg@k than GRPO, Seq-Bypass, Token-MIS and Seq-MIS"),
+          "higher held-out avg@k than GRPO, Seq-Bypass, Token-MIS and Seq-MIS",
+          also_compare=tuple((alp, other) for alp in ("token_alp", "seq_alp")
+                             for other in ("seq_bypass", "token_mis", "seq_mis"))),
     Suite("layers", "Seq-ALP on all / early / middle / late decoder layers and on the logits only (ALP Table 4, "
           "Figure 6)", ("seq_alp",), _layer_settings, baseline_setting="layers_all",
-          claim="perturbing all layers beats partial layers, which beat logits-only"),
+          claim="perturbing all layers beats partial layers, which beat logits-only",
+          also_compare=tuple((part, "logits_only") for part in ("layers_early", "layers_middle", "layers_late"))),
     Suite("sensitivity", "Seq-ALP over a σ0 × σ-learning-rate grid (ALP Figure 9)", ("seq_alp",),
           _sensitivity_settings, baseline_setting="sigma1e-06_lr0.0005", claim="σ0 and its learning rate matter"),
     Suite("robustness", "GRPO, SPrPO and Seq-ALP on the household, then the robustness sweep of each final "
@@ -217,6 +223,12 @@ class Plan:
                 pairs.append((cell.arm, f"{self.suite.baseline_method}/{cell.setting.name}"))
             elif self.suite.baseline_setting and cell.setting.name != self.suite.baseline_setting:
                 pairs.append((cell.arm, f"{cell.method}/{self.suite.baseline_setting}"))
+        for first, second in self.suite.also_compare:
+            for cell in {c.arm: c for c in self.cells}.values():
+                if self.suite.baseline_method and cell.method == first:
+                    pairs.append((cell.arm, f"{second}/{cell.setting.name}"))
+                elif self.suite.baseline_setting and cell.setting.name == first:
+                    pairs.append((cell.arm, f"{cell.method}/{second}"))
         return [(a, b) for a, b in pairs if b in arms]
 
     def describe(self) -> dict:
