@@ -106,12 +106,14 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
         rows.append([name, _f(a["success"]), f"[{_f(a['ci_lo'])}, {_f(a['ci_hi'])}]",
                      ", ".join(f"{v:.3f}" for v in a["per_seed"].values()), f"{_f(a['pass_at_k'][top_k])} (k={top_k})",
                      str(a["problems"]), _f(t["reward_mean"]), _f(t["reward_last"]), _f(t["mismatch_kl_mean"], ".2e"),
-                     _f(t["ratio_p98_max"]), _f(t["entropy_last"])])
+                     _f(t["ratio_p98_max"]), _f(t["r_mis_p98_mean"]), _f(t["ppo_kl_mean"], ".2e"),
+                     _f(t["entropy_last"]), _f(t["step_s_mean"], ".1f")])
     return rows
 
 
 ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval", "per seed", "pass@k", "seed-task pairs",
-              "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "entropy (last)"]
+              "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "r_mis P98 (mean)",
+              "update KL (mean)", "entropy (last)", "s/step"]
 COMPARISON_HEADER = ["arm", "baseline", "difference", "95% interval", "pairs", "verdict"]
 
 

@@ -30,7 +30,10 @@ TRAINING_KEYS = {  # what each training-side column is, from the cells' metrics.
     "reward_last": ("rollout/reward", "last"),
     "mismatch_kl_mean": ("rollout_corr/kl", "mean"),
     "ratio_p98_max": ("diag/ratio_loss/p98", "max"),
+    "r_mis_p98_mean": ("ratio/mis_token/p98", "mean"),
+    "ppo_kl_mean": ("actor/ppo_kl", "mean"),
     "entropy_last": ("diag/entropy", "last"),
+    "step_s_mean": ("perf/step_s", "mean"),
 }
 
 

@@ -36,10 +36,12 @@ def test_every_suite_plans_cells_whose_configs_validate(tmp_path):
 
 def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
     alp = plan_of("alp", "--scale", "smoke", "--seeds", "0,1", "--out", str(tmp_path / "a"))
-    assert alp.comparisons() == [(f"{m}/lag2", "grpo/lag2") for m in ALP_METHODS[1:]]
+    claim = [(f"{a}/lag2", f"{b}/lag2") for a in ("token_alp", "seq_alp") for b in ("seq_bypass", "token_mis",
+                                                                                   "seq_mis")]
+    assert alp.comparisons() == [(f"{m}/lag2", "grpo/lag2") for m in ALP_METHODS[1:]] + claim  # ALP vs each
     assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 12
     layers = plan_of("layers", "--scale", "smoke", "--out", str(tmp_path / "l"))
-    assert [b for _, b in layers.comparisons()] == ["seq_alp/layers_all"] * 4
+    assert [b for _, b in layers.comparisons()] == ["seq_alp/layers_all"] * 4 + ["seq_alp/logits_only"] * 3
     stale = plan_of("staleness", "--scale", "smoke", "--out", str(tmp_path / "s"))
     lrs = {c.setting.name: c.setting.overrides[-1] for c in stale.cells}
     assert lrs["lag0"] == "optim.lr=0.0001" and lrs["lag0_lr3x"] == "optim.lr=0.0003"  # demo lr 1e-4
@@ -93,7 +95,7 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     for arm in data["arms"].values():
         assert arm["ci_lo"] <= arm["success"] <= arm["ci_hi"] and arm["problems"] == 4
         assert set(arm["pass_at_k"]) == {"1", "2"} and arm["training"]["mismatch_kl_mean"] is not None
-    assert [c["baseline"] for c in data["comparisons"]] == ["grpo/lag2"] * 5
+    assert [c["baseline"] for c in data["comparisons"]][:5] == ["grpo/lag2"] * 5 and len(data["comparisons"]) == 11
     for c in data["comparisons"]:
         assert c["ci_lo"] <= c["diff"] <= c["ci_hi"] and c["verdict"] in ("better", "worse", "inside the noise")
         assert c["summary"].startswith("At this scale") and c["arm"] in c["summary"]
