@@ -60,9 +60,9 @@ def global_batch(model):
     return batch
 
 
-def one_step(preset: str, ctx: DistContext, rows: torch.Tensor):
+def one_step(preset: str, ctx: DistContext, rows: torch.Tensor, *extra: str):
     """One optimizer step of `preset` on `rows` of the global batch; (metrics, weights, log σ or None)."""
-    cfg = build_config(None, [f"algorithm={preset}", "optim.micro_batch_size=3"])
+    cfg = build_config(None, [f"algorithm={preset}", "optim.micro_batch_size=3", *extra])
     model = tiny_model()
     batch = global_batch(model)
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(cfg.algo, batch)
@@ -80,12 +80,13 @@ def one_step(preset: str, ctx: DistContext, rows: torch.Tensor):
     return metrics, weights, (pert.log_sigma.detach().clone() if pert else None)
 
 
-def rank_main(rank: int, port: int, preset: str, out: dict) -> None:
+def rank_main(rank: int, port: int, preset: str, out: dict, extra: tuple[str, ...] = ()) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
         ctx = DistContext(rank=rank, world_size=WORLD, fsdp=True)
         per_rank = GROUPS * GROUP_SIZE // WORLD
-        metrics, weights, log_sigma = one_step(preset, ctx, torch.arange(rank * per_rank, (rank + 1) * per_rank))
+        metrics, weights, log_sigma = one_step(preset, ctx, torch.arange(rank * per_rank, (rank + 1) * per_rank),
+                                               *extra)
         out[rank] = (metrics["loss/policy"], metrics["actor/grad_norm"], weights, log_sigma)
     finally:
         dist.destroy_process_group()
@@ -114,6 +115,28 @@ def test_two_ranks_equal_one_process_on_the_global_batch(preset):
     if preset == "seq_alp":  # one σ per layer, the same on every rank after the step
         assert torch.equal(ranks[0][3], ranks[1][3])
     assert metrics["actor/grad_norm"] > 0.5  # the clip acted: the global norm, not a rank's, was clipped to
+
+
+def test_bf16_compute_with_activation_checkpointing_tracks_the_fp32_step():
+    # FSDP2's MixedPrecisionPolicy (bf16 forward/backward, fp32 master weights and reductions) and per-layer
+    # recomputation: the step follows one fp32 process's up to bf16 rounding of the activations
+    metrics, weights, _ = one_step("grpo", DistContext(), torch.arange(GROUPS * GROUP_SIZE))
+    extra = ("distributed.mixed_precision=bf16", "distributed.activation_checkpointing=true")
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(rank_main, args=(free_port(), "grpo", out, extra), nprocs=WORLD, join=True)
+        ranks = dict(copy.deepcopy(out))
+    loss, grad_norm, rank_weights, _ = ranks[0]
+    assert loss == pytest.approx(metrics["loss/policy"], rel=0.05)
+    assert grad_norm == pytest.approx(metrics["actor/grad_norm"], rel=0.05)
+    start = {name: p.detach() for name, p in tiny_model().named_parameters()}
+    fp32_step = torch.cat([(weights[k] - start[k]).flatten() for k in weights])
+    bf16_step = torch.cat([(rank_weights[k] - start[k]).flatten() for k in weights])
+    assert all(rank_weights[k].dtype == torch.float32 for k in weights)  # fp32 master weights
+    # AdamW's first step is ±lr per weight, so rounding flips the sign of the near-zero gradients; the step as a
+    # whole must still point where the fp32 step points
+    assert torch.nn.functional.cosine_similarity(fp32_step, bf16_step, dim=0) > 0.9
+    assert all(torch.equal(ranks[0][2][k], ranks[1][2][k]) for k in weights)  # the ranks agree exactly
 
 
 def sprpo_rank(rank: int, port: int, out: dict) -> None:
