@@ -96,7 +96,7 @@ class AsyncRollouts:
         self.last: dict[str, float] = {}
         self.sync_wait = 0.0
         for step in range(start + 1, start + self.ahead + 2):
-            if step not in self.pending:  # a fresh run: all on θ_0; a resume: batch start + a + 1 on θ_start
+            if step not in self.pending and start < self.steps:  # a fresh run: all on θ_0; a resume: batch start + a + 1 on θ_start
                 self._submit(step)
 
     def _submit(self, step: int) -> None:
