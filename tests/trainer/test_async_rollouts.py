@@ -5,12 +5,16 @@ step bit for bit; the drop policy replaces over-stale batches; the config rules.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from tiny_tir import SMALL
 
 import trainer.loop as loop
 from agents.models import load_model_and_tokenizer
+from agents.trajectory import Trajectory
+from trainer.async_rollouts import AsyncRollouts
 from trainer.config import ConfigError, build_config
 
 pytestmark = pytest.mark.smoke
@@ -124,3 +128,81 @@ def test_world_size_from_the_environment_is_refused(monkeypatch):
     with pytest.raises(ConfigError, match="with 2 processes"):
         build_config(None, ["rollout.async_rollouts=true"])
     build_config(None, ["rollout.async_rollouts=false"])  # the synchronous loop runs under torchrun
+
+
+class _FakeRun:
+    """An engine's version counter and an event log: no model, just the producer's ordering."""
+
+    def __init__(self):
+        self.version, self.busy, self.events = 0, False, []
+
+    def sync_engine(self):
+        assert not self.busy, "a weight push during a rollout"
+        self.version += 1
+
+    def collect(self, step):
+        self.busy = True
+        self.events.append((step, self.version))
+        time.sleep(0.01)
+        self.busy = False
+        if step == self.fail_at:
+            raise RuntimeError(f"rollout {step} failed")
+        return [Trajectory(prompt_ids=[1])], {}
+
+    fail_at = -1
+
+
+def _fake_cfg(a, steps, policy="wait", prefetch=0):
+    return build_config(None, [f"steps={steps}", f"rollout.max_staleness={a}", f"rollout.staleness_policy={policy}",
+                               f"rollout.async_prefetch={prefetch}"])
+
+
+@pytest.mark.parametrize("a", [1, 2, 3])
+def test_the_producer_samples_batch_s_with_the_weights_after_update_s_minus_1_minus_a(a):
+    run, steps = _FakeRun(), 6
+    rollouts = AsyncRollouts(run, _fake_cfg(a, steps), run.collect, start=0)
+    try:
+        for step in range(1, steps + 1):
+            (traj,), _ = rollouts.get(step)
+            assert traj.info["policy_lag"] == min(step - 1, a)
+            rollouts.after_update(step)
+        rollouts.drain()
+    finally:
+        rollouts.close()
+    # every batch once, in order, with θ after update max(0, s − 1 − a); a batches past the end for the checkpoint
+    assert run.events == [(s, max(0, s - 1 - a)) for s in range(1, steps + a + 1)]
+    assert sorted(rollouts.state_dict()["batches"]) == list(range(steps + 1, steps + a + 1))
+
+
+def test_a_failed_rollout_surfaces_in_the_trainer_and_close_is_bounded():
+    run = _FakeRun()
+    run.fail_at = 2
+    rollouts = AsyncRollouts(run, _fake_cfg(1, 5), run.collect, start=0)
+    rollouts.get(1)
+    with pytest.raises(RuntimeError, match="rollout 2 failed"):
+        rollouts.get(2)
+    start = time.perf_counter()
+    rollouts.close()
+    assert time.perf_counter() - start < 5
+
+
+def test_drop_resamples_on_the_producer_thread_with_the_current_weights():
+    run, steps = _FakeRun(), 5
+    rollouts = AsyncRollouts(run, _fake_cfg(1, steps, "drop", prefetch=2), run.collect, start=0)
+    try:
+        dropped = []
+        for step in range(1, steps + 1):
+            (traj,), _ = rollouts.get(step)
+            dropped.append(rollouts.last["rollout/async_dropped"])
+            assert traj.info["policy_lag"] == (min(step - 1, 2) if step < 3 else 0)
+            rollouts.after_update(step)
+    finally:
+        rollouts.close()
+    assert dropped == [0, 0, 1, 1, 1]  # lag min(s − 1, 2) > 1 from step 3 on
+    assert [(s, v) for s, v in run.events if s >= 3 and v == s - 1] == [(3, 2), (4, 3), (5, 4)]  # the replacements
+
+
+def test_held_out_evaluation_waits_for_the_producer(tmp_path, sft_dir, monkeypatch):
+    cfg = _cfg(tmp_path, sft_dir, "rollout.async_rollouts=true", "steps=2", "eval_tasks=2", "eval_every=1")
+    results, _ = _run(cfg, monkeypatch)
+    assert all("eval/success" in r.metrics for r in results)
