@@ -165,6 +165,23 @@ class RolloutConfig:
     (the start weights while s ≤ k), as asynchronous trainers produce; the trainer's θ_old stays current. Costs
     k + 1 CPU copies of the weights; a resume restarts the lag from the checkpoint's weights. 0: on-policy
     sampler. Needs algo.mipu_screen=false."""
+    async_rollouts: bool = False
+    """Overlap the next steps' rollouts with the current update (a background thread samples ahead;
+    trainer/async_rollouts.py). The schedule is fixed, not timed: batch s is sampled with the weights after update
+    max(0, s − 1 − a), a = max_staleness (wait) or async_prefetch (drop), so runs and resumes are reproducible.
+    Each sample's lag is `info["policy_lag"]`, logged as rollout/policy_lag_mean and _max. Needs policy_lag=0
+    (two ways of producing lag), algo.mipu_screen=false, enable_sleep_mode=false and one process (data-parallel
+    async rollouts are not supported)."""
+    max_staleness: int = 1
+    """The bound on the policy lag, in updates, of every sample used under async_rollouts; >= 1."""
+    staleness_policy: str = "wait"
+    """What bounds the lag under async_rollouts: wait (the producer never samples more than max_staleness updates
+    ahead, so no sample exceeds the bound) | drop (the producer samples up to async_prefetch batches ahead; a batch
+    whose lag at use exceeds max_staleness is dropped, counted in rollout/async_dropped, and replaced by a fresh
+    rollout sampled with the current weights, lag 0)."""
+    async_prefetch: int = 0
+    """Batches the producer samples ahead under staleness_policy=drop; 0: max_staleness (then nothing is
+    dropped). Unused under wait."""
     kv_cache_dtype: str = "auto"
     """vLLM KV-cache dtype, a mismatch knob: auto (= dtype) | fp8 (GPU)."""
     max_model_len: int = 0

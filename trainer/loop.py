@@ -4,6 +4,9 @@
     → diagnostics → update → engine sync (the sampler's view: trainer/sampler_mismatch.py), with MIPU's
     screening as one explicit branch around update + sync
 
+With `rollout.async_rollouts` the rollout stage takes the batch a background producer sampled ahead, and the
+engine sync is the producer's (trainer/async_rollouts.py: the schedule, the staleness bound, resume).
+
 Stages return what they compute; `train_step` alone assigns it to the batch (the rollout alone builds its loss
 mask). Components (model, engine, envs, agent) come from `trainer/components.py`, task selection from
 `trainer/tasks.py`, per-algorithm state (`AlgorithmState`) is saved with every checkpoint.
@@ -29,6 +32,7 @@ from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.algorithms import AlgorithmState
 from trainer.algorithms.mipu import candidate_snapshot, screen_candidate
 from trainer.algorithms.quatro import quatro_targets
+from trainer.async_rollouts import AsyncRollouts, start_async
 from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from trainer.components import Components, build_components, make_envs
 from trainer.config import TrainConfig, to_dict
@@ -120,12 +124,17 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
     return metrics
 
 
-def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int) -> StepResult:
+def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int,
+               rollouts: AsyncRollouts | None = None) -> StepResult:
     start = time.perf_counter()
-    trajs, sampling = collect_step(c, cfg, step)
+    trajs, sampling = collect_step(c, cfg, step) if rollouts is None else rollouts.get(step)
     sampled = time.perf_counter()
-    result = learn(c, cfg, algos, trajs, step)
+    result = learn(c, cfg, algos, trajs, step, sync=rollouts is None)
+    if rollouts is not None:  # waits for the rollouts on the older weights, pushes θ_step, starts the next batch
+        rollouts.after_update(step)
     result.metrics |= sampling | step_timing(trajs, start, sampled, time.perf_counter(), c.dist.device)
+    if rollouts is not None:  # the batch's lag, the trainer's waits, the producer's own rollout time
+        result.metrics |= rollouts.metrics(trajs)
     return result
 
 
@@ -142,8 +151,10 @@ def step_timing(trajs: list[Trajectory], start: float, sampled: float, end: floa
             "perf/rollout_tokens_per_s": tokens / max(sampled - start, 1e-9), "perf/peak_memory_gib": peak / 2**30}
 
 
-def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int) -> StepResult:
-    """Everything of a step after its rollouts: advantages, θ_old log-probs, corrections, the update, weight sync."""
+def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int,
+          sync: bool = True) -> StepResult:
+    """Everything of a step after its rollouts: advantages, θ_old log-probs, corrections, the update, weight sync
+    (`sync=False`: the caller syncs, as asynchronous rollouts do)."""
     metrics = rollout_metrics(trajs)  # the episodes' own rewards, before any shaping
     metrics |= overlong_shaping(cfg, trajs)  # DAPO's overlong filter and soft punishment (no-op when off)
     batch = collate(trajs, c.tokenizer.pad_token_id)
@@ -173,7 +184,8 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
     c.engine.sleep()  # a GPU sampler with rollout.enable_sleep_mode frees its memory for the update (else no-op)
     metrics |= update(c, cfg, batch, step)
     c.engine.wake_up()
-    c.sync_engine()
+    if sync:
+        c.sync_engine()
     if snapshot is not None:  # MIPU: keep the candidate only if the deployed policy's gap proxy passes
         metrics |= screen_candidate(c, cfg, algos.mipu, snapshot, step)
     return StepResult(step, metrics)
@@ -208,10 +220,14 @@ def evaluation_episodes(c: Components, cfg: TrainConfig, s, step: int) -> list[d
     return records
 
 
-def extra_state(c: Components, algos: AlgorithmState) -> dict:
-    """Trainer state that is not part of the HF model (never exported): the ALP log σ, the algorithms' state."""
-    return {"perturbation": c.perturbation.state_dict() if c.perturbation else None,
-            "algorithms": algos.state_dict()}
+def extra_state(c: Components, algos: AlgorithmState, rollouts: AsyncRollouts | None = None) -> dict:
+    """Trainer state that is not part of the HF model (never exported): the ALP log σ, the algorithms' state,
+    the batches asynchronous rollouts sampled with older weights."""
+    extra = {"perturbation": c.perturbation.state_dict() if c.perturbation else None,
+             "algorithms": algos.state_dict()}
+    if rollouts is not None:
+        extra["async_rollouts"] = rollouts.state_dict()
+    return extra
 
 
 def load_extra_state(c: Components, algos: AlgorithmState, state: dict) -> int:
@@ -247,31 +263,37 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
     seed_everything(cfg.seed)
     c = build_components(cfg, init_from=str(ckpt) if ckpt else None, ctx=ctx)
     algos = AlgorithmState()
-    start = load_extra_state(c, algos, load_trainer_state(ckpt, c.optimizer, model=c.model, ctx=ctx)) if ckpt else 0
+    state = load_trainer_state(ckpt, c.optimizer, model=c.model, ctx=ctx) if ckpt else {}
+    start = load_extra_state(c, algos, state) if ckpt else 0
     main = ctx.is_main  # rank 0 alone writes the run's files
     run_meta = start_run_meta(run_dir, cfg, resuming=ckpt is not None) if main else None  # dataset fingerprints
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb,
                           config=to_dict(cfg) | {"run_meta": run_meta}) if main else None
-    results = []
+    results, rollouts = [], None
     try:
         if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
             at_start = evaluate(c, cfg, 0)
             if logger:
                 logger.log(0, at_start)
+        rollouts = start_async(c, cfg, lambda k: collect_step(c, cfg, k), start, state.get("extra", {}))
         with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress and main) as bar:
             for step in range(start + 1, cfg.steps + 1):
-                result = train_step(c, cfg, algos, step)
+                result = train_step(c, cfg, algos, step, rollouts)
                 if cfg.eval_tasks and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
+                    if rollouts is not None:  # the engine has one user at a time
+                        rollouts.drain()
                     result.metrics |= evaluate(c, cfg, step)
                 result.metrics = ctx.mean_metrics(result.metrics)  # over ranks (the loss and grad norm are global)
                 if logger:
                     logger.log(step, result.metrics)
                 results.append(result)
                 if step % cfg.save_every == 0 or step == cfg.steps:
-                    save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer, extra=extra_state(c, algos),
-                                    run_config=cfg, run_meta=run_meta, ctx=ctx)
+                    save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer,
+                                    extra=extra_state(c, algos, rollouts), run_config=cfg, run_meta=run_meta, ctx=ctx)
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
     finally:
+        if rollouts is not None:  # before the engine closes
+            rollouts.close()
         if logger:
             logger.close()
         c.close()

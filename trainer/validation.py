@@ -15,8 +15,9 @@ whose single line joins every violation with "; ", each naming the key, the valu
   A field is checked even when its feature is off: a bad value is a typo waiting for the day it is switched on.
 - Cross-field rules: a loss's required aggregation, QUATRO's δ, SPrPO's fixed per-layer σ, correction bounds,
   the response budget against a configured context, mini-batches against the rollout batch, what the
-  transformers engine cannot do, and the sampler's fake quantization and policy lag (a group needs a format; a
-  lag excludes MIPU's screening). Fake-quantization formats are those of `trainer/sampler_mismatch.py`'s parser.
+  transformers engine cannot do, the sampler's fake quantization and policy lag (a group needs a format; a
+  lag excludes MIPU's screening), and what asynchronous rollouts exclude (a lag, MIPU, sleep mode, many ranks).
+  Fake-quantization formats are those of `trainer/sampler_mismatch.py`'s parser.
 - Dataset files (`env.dataset`, `env.eval_dataset`): only on an env that serves them, loaded here (once per
   process, so the run reuses them) so that a missing or malformed file is the loader's one line; `eval_tasks` is
   bounded by the test split's size (500 generated, else the file's count), `rollout.prompts_per_step` (and
@@ -51,6 +52,7 @@ from envs.datasets import LAYOUT_NAMES, DatasetError
 from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
+from trainer.async_rollouts import STALENESS_POLICIES
 from trainer.corrections import CORR_LEVELS, CORRECTIONS, MIS_SEMANTICS
 from trainer.errors import ConfigError
 from trainer.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
@@ -97,6 +99,8 @@ RANGES: tuple[Check, ...] = (
     ("rollout.max_model_len", ">= 0 (0: the model's)", lambda v: v >= 0),
     ("rollout.sampler_quant_group", ">= 0 (0: one scale per output channel)", lambda v: v >= 0),
     ("rollout.policy_lag", ">= 0 (0: on-policy sampler)", lambda v: v >= 0),
+    ("rollout.max_staleness", ">= 1 (updates)", lambda v: v >= 1),
+    ("rollout.async_prefetch", ">= 0 (0: rollout.max_staleness)", lambda v: v >= 0),
     ("algo.clip_low", "0 < clip_low <= 1 (the lower clip is 1 - clip_low; 1: no lower clip)", lambda v: 0 < v <= 1),
     ("algo.clip_high", "> 0", lambda v: v > 0),
     ("algo.clip_dual", "> 1 (dual-clip constant c)", lambda v: v > 1),  # trainer/losses.py dual_clip_surrogate
@@ -168,6 +172,7 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("algo.mis_semantics", a.mis_semantics, MIS_SEMANTICS, "an MIS semantics"),
             *_choice("rollout.engine", r.engine, ENGINE_KINDS, "a rollout engine"),
             *_choice("rollout.schedule", r.schedule, list(SCHEDULES), "a rollout schedule"),
+            *_choice("rollout.staleness_policy", r.staleness_policy, list(STALENESS_POLICIES), "a staleness policy"),
             *_choice("rollout.dtype", r.dtype, list(dtypes), f"a dtype of rollout.engine={r.engine}"),
             *_choice("env.id", e.id, list(ENV_FAMILIES), "an alprl env id"),
             *_choice("env.style", e.style, list(STYLES), "a TIR style"),
@@ -329,6 +334,28 @@ def _sampler_rules(cfg: Any) -> list[str]:
     return out
 
 
+def _async_rules(cfg: Any) -> list[str]:
+    """What asynchronous rollouts cannot be combined with (trainer/async_rollouts.py)."""
+    r = cfg.rollout
+    if not r.async_rollouts:
+        return []
+    out = []
+    if r.policy_lag > 0:
+        out.append(f"rollout.async_rollouts=true with rollout.policy_lag={r.policy_lag}: both produce policy lag; "
+                   "bound it with rollout.max_staleness and set policy_lag=0")
+    if cfg.algo.mipu_screen:
+        out.append("rollout.async_rollouts=true with algo.mipu_screen=true: MIPU screens the candidate on the engine, "
+                   "which samples ahead with older weights; use one or the other")
+    if r.enable_sleep_mode:
+        out.append("rollout.async_rollouts=true with rollout.enable_sleep_mode=true: the engine would sleep during "
+                   "the update its rollouts overlap; set enable_sleep_mode=false")
+    world = max(int(os.environ.get("WORLD_SIZE", "1") or 1), cfg.distributed.world_size)
+    if world > 1:
+        out.append(f"rollout.async_rollouts=true with {world} processes: data-parallel asynchronous rollouts are not "
+                   "supported; run one process or set async_rollouts=false")
+    return out
+
+
 def _perturb_rules(cfg: Any) -> list[str]:
     p, out = cfg.perturb, []
     if p.learnable and p.sigma_init == 0:
@@ -348,8 +375,8 @@ def _perturb_rules(cfg: Any) -> list[str]:
 def validate_config(cfg: Any) -> None:
     """Raise one `ConfigError` listing every violation in `cfg` (see the module docstring); None if valid."""
     problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_dataset_rules(cfg), *_algo_rules(cfg),
-                *_budget_rules(cfg), *_sampler_rules(cfg), *_rejection_rules(cfg), *_dapo_rules(cfg),
-                *_perturb_rules(cfg), *_distributed_rules(cfg)]
+                *_budget_rules(cfg), *_sampler_rules(cfg), *_async_rules(cfg), *_rejection_rules(cfg),
+                *_dapo_rules(cfg), *_perturb_rules(cfg), *_distributed_rules(cfg)]
     if problems:
         raise ConfigError("; ".join(problems))
 
