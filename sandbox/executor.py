@@ -18,7 +18,11 @@ reference/sandbox.md §5):
   daemons included) and user code cannot see or signal any outside process.
 - "mount" (T2): private mount tree, everything remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm,
   /var/tmp (wiped after each run), a private /proc.
-What is NOT isolated: the kernel (no seccomp filter, no gVisor/VM: a kernel exploit escapes); memory is bounded
+- "seccomp" (libseccomp present): a syscall filter installed in each child right before user code; ptrace,
+  process_vm_*, mount/unshare/setns, keyctl, bpf, perf_event_open, userfaultfd, io_uring, kexec, module loading
+  and the like fail with EPERM (list: `sandbox.seccomp_layer.DENIED_SYSCALLS`; `info()["seccomp"]`).
+What is NOT isolated: the kernel (the seccomp filter shrinks its reachable surface; no gVisor/VM: a kernel exploit
+through an allowed call escapes); memory is bounded
 by RLIMIT_AS, not a cgroup (page cache and tmpfs use are not counted against it); without "mount", world-readable
 host files stay readable and world-writable dirs writable (files of the slot uid are removed after each run);
 without "net", the network is open; without "uid" and "pid" (T0), code runs as the server's user and can signal or
@@ -175,6 +179,10 @@ class Pool:
         for name, reason in self.info_first["errors"].items():
             log.warning("sandbox layer %s unavailable: %s", name, reason)
         log.info("sandbox isolation: tier %s, layers %s", tier_of(active), sorted(active) or "none")
+        if self.settings.require_seccomp and "seccomp" not in active:
+            raise SandboxStartError("SANDBOX_REQUIRE_SECCOMP=1 but the seccomp layer cannot load: "
+                                    f"{self.info_first['errors'].get('seccomp', 'not requested')}. Install "
+                                    "libseccomp2 (and run on a kernel with seccomp filters), or unset the requirement")
         if not active & {"uid", "pid", "net", "userns"}:
             if not allowed:
                 raise UnsafeSandbox("no uid switch and no namespaces are available: user code would run as the "
@@ -274,7 +282,8 @@ class Pool:
     def info(self) -> dict:
         active = sorted(self.info_first["layers"])
         return {"workers": len(self._slots), "tier": tier_of(set(active)), "layers": active,
-                "layer_errors": self.info_first["errors"], "idle_workers": self._free.qsize(),
+                "layer_errors": self.info_first["errors"], "seccomp": self.info_first.get("seccomp"),
+                "idle_workers": self._free.qsize(),
                 "preloaded": self.info_first["preloaded"], "runs": self.runs, "respawns": self.respawns,
                 "zygote_pids": self.zygote_pids(),
                 # heavy zygotes still importing in the background (they cost CPU until ready)

@@ -11,7 +11,7 @@ import os
 import tempfile
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-LAYERS = ("uid", "net", "pid", "mount")
+LAYERS = ("uid", "net", "pid", "mount", "seccomp")
 LIGHT_PRELOAD = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections", "heapq",
                  "bisect", "random", "re", "json", "string", "statistics", "operator", "typing", "dataclasses")
 
@@ -60,6 +60,7 @@ class Settings:
     max_files_bytes: int = _f(10 << 20, "total decoded size of request `files`, and of fetched files")
     uid_base: int = _f(10000, "slot uids are uid_base + i; use a range no account or other server uses")
     layers: str = _f("auto", "isolation layers to use: 'auto' (all the machine allows) or a list like 'uid,net'")
+    require_seccomp: bool = _f(False, "refuse to start when the seccomp layer cannot load (else: run without it)")
     tmpfs_mb: int = _f(256, "size of each private tmpfs (/tmp, /dev/shm, /var/tmp) with the mount layer")
     workdir_root: str = _f(_default_workdir_root, "per-run directories live here when there is no mount layer")
     preload: str = _f(",".join(LIGHT_PRELOAD), "modules every zygote imports before forking")
@@ -90,7 +91,10 @@ class Settings:
         for name, ok, expected in checks:
             if not ok:
                 raise SettingsError(f"{env_name(name)}={getattr(self, name)!r}: expected {expected}")
-        self.requested_layers()  # validates the layer list
+        wanted = self.requested_layers()  # validates the layer list
+        if self.require_seccomp and "seccomp" not in wanted:
+            raise SettingsError(f"SANDBOX_REQUIRE_SECCOMP=1 with SANDBOX_LAYERS={self.layers!r}: add 'seccomp' to "
+                                "the layers (or use 'auto'), or drop the requirement")
 
     @property
     def worker_count(self) -> int:

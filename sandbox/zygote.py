@@ -7,8 +7,9 @@ own, failures reported, never fatal — then imports the preload modules and ans
 Layers (see reference/sandbox.md §5): "net" (new network namespace: no interface but a down loopback), "pid" (new
 PID namespace; the zygote becomes its init, so ``kill(-1)`` ends every process of a run and /proc is private),
 "mount" (private mount tree: every mount remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm, /var/tmp,
-a new /proc), "uid" (runs switch to a dedicated slot uid; needs root). As non-root, namespaces come from a user
-namespace where the kernel allows it.
+a new /proc), "uid" (runs switch to a dedicated slot uid; needs root), "seccomp" (a syscall filter compiled
+here once, installed by each child as its last step before user code: `sandbox.seccomp_layer`). As non-root,
+namespaces come from a user namespace where the kernel allows it.
 
 Run lifecycle: fork → child sets itself up (`sandbox.child`) → wait for exit, a "kill" message or the wall-clock
 deadline → kill the whole tree → reap → optional fetch helper (as the run's uid) → delete the workdir and wipe the
@@ -31,7 +32,7 @@ import socket
 import sys
 import time
 
-from sandbox import _linux, child
+from sandbox import _linux, child, seccomp_layer
 from sandbox.protocol import RunReport, RunSpec, SessionSpec, ZygoteConfig, recv, send
 
 TMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
@@ -67,6 +68,7 @@ class Zygote:
         self.workdir = ""
         self.tmp_dirs: tuple[str, ...] = ()
         self.exposed: list[str] = []
+        self.filter: seccomp_layer.Filter | None = None
 
     # ---- start-up -------------------------------------------------------------------------------------
     def enter_namespaces(self) -> None:
@@ -146,9 +148,21 @@ class Zygote:
         gc.freeze()  # keep preloaded objects out of GC passes, so forked children do not copy their pages
         return loaded
 
+    def setup_seccomp(self) -> None:
+        """Compile the syscall filter once; each child installs it as its last step before user code."""
+        if "seccomp" in self.config.layers:
+            try:
+                self.filter = seccomp_layer.Filter.build()
+                self.filter.probe()
+                self.active.add("seccomp")
+            except seccomp_layer.SeccompUnavailable as exc:
+                self.filter = None
+                self.errors["seccomp"] = str(exc)
+
     # ---- serving --------------------------------------------------------------------------------------
     def serve(self, loaded: list[str]) -> int:
         _linux.set_no_new_privs()  # inherited by every child, irreversible: no setuid-binary privilege gain
+        self.setup_seccomp()
         atexit._clear()  # handlers registered by preloaded modules must not run in every child
         child.rebuild_sys_streams()  # once here; children inherit them (fds 0-2 are re-pointed before use)
         self.selector = selectors.DefaultSelector()  # reused by every wait: one epoll for the zygote's life
@@ -160,7 +174,8 @@ class Zygote:
             signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
             signal.signal(signal.SIGCHLD, lambda *_: None)
         info = {"pid": os.getpid(), "layers": sorted(self.active), "errors": self.errors, "preloaded": loaded,
-                "uid": self.uid, "euid": os.geteuid(), "workdir": self.workdir, "exposed": self.exposed}
+                "uid": self.uid, "euid": os.geteuid(), "workdir": self.workdir, "exposed": self.exposed,
+                "seccomp": self.filter.describe() if self.filter else None}
         try:
             send(self.sock, "ready", info)
         except OSError:  # the server went away while we were starting
@@ -189,6 +204,8 @@ class Zygote:
             try:
                 code = child.prepare(keep=(setup_w, *prepare_kwargs.pop("keep", ())), workdir=self.workdir,
                                      uid=self.uid, reset_signals=not self.use_pidfd, **prepare_kwargs)
+                if self.filter is not None:  # last layer: after set-up (which may mount, chdir, setuid)
+                    self.filter.install()
             except BaseException as exc:
                 try:
                     os.write(setup_w, f"err:{type(exc).__name__}: {exc}".encode()[:4000])

@@ -28,8 +28,9 @@ def test_env_variables_map_onto_fields():
 @pytest.mark.parametrize("env, fragment", [
     ({"SANDBOX_WORKERS": "many"}, "SANDBOX_WORKERS='many': expected a int"),
     ({"SANDBOX_OVERLOAD_STATUS": "500"}, "SANDBOX_OVERLOAD_STATUS=500: expected 429, 503 or 504"),
-    ({"SANDBOX_LAYERS": "uid,seccomp"}, "unknown layer(s) ['seccomp']"),
+    ({"SANDBOX_LAYERS": "uid,gvisor"}, "unknown layer(s) ['gvisor']"),
     ({"SANDBOX_UID_BASE": "0"}, "never a system or root uid"),
+    ({"SANDBOX_REQUIRE_SECCOMP": "1", "SANDBOX_LAYERS": "uid,net"}, "add 'seccomp' to the layers"),
     ({"ALPRL_SANDBOX_ALLOW_UNSAFE": "maybe"}, "ALPRL_SANDBOX_ALLOW_UNSAFE='maybe'"),
 ])
 def test_bad_values_name_the_variable(env, fragment):

@@ -1,0 +1,195 @@
+"""Abuse matrix, the seccomp layer: each denied syscall, invoked by user code through a real server, gets EPERM.
+
+User code calls ``libc.syscall(nr, ...)`` with this architecture's number (resolved here by libseccomp, so the
+test is not tied to x86-64) and prints the errno; the run itself must end normally (status Success, exit 0).
+Arguments are chosen to be harmless even if the filter were missing (NULL pointers, fd -1, query-only
+operations), and a contrast run without the layer shows the filter, not a missing capability, gives the EPERM
+for the calls that would otherwise succeed or fail differently. Skipped where the layer cannot load.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+
+import pytest
+from conftest import fresh_uid_base
+
+from sandbox import seccomp_layer
+from sandbox.executor import Pool, RunRequest, SandboxStartError
+from sandbox.settings import Settings
+
+NULL = 0
+# syscall → harmless arguments (ints; bytes become char pointers). Every call in DENIED_SYSCALLS has a probe.
+PROBES: dict[str, tuple] = {
+    "ptrace": (0, 0, 0, 0),  # PTRACE_TRACEME: succeeds without the filter
+    "process_vm_readv": ("PID", NULL, 0, NULL, 0, 0),  # zero iovecs on our own pid: succeeds without it
+    "process_vm_writev": ("PID", NULL, 0, NULL, 0, 0),
+    "mount": (NULL, NULL, NULL, 0, NULL), "umount2": (NULL, 0), "umount": (NULL,),
+    "pivot_root": (NULL, NULL), "chroot": (NULL,),
+    "unshare": (0,),  # no flags: a no-op success without the filter
+    "setns": (-1, 0),  # EBADF without the filter
+    "open_tree": (-1, NULL, 0), "move_mount": (-1, NULL, -1, NULL, 0), "fsopen": (NULL, 0),
+    "fsconfig": (-1, 0, NULL, NULL, 0), "fsmount": (-1, 0, 0), "fspick": (-1, NULL, 0),
+    "mount_setattr": (-1, NULL, 0, NULL, 0),
+    "keyctl": (0, -2, 0),  # KEYCTL_GET_KEYRING_ID of the process keyring, create=0: a query
+    "add_key": (NULL, NULL, NULL, 0, -2), "request_key": (NULL, NULL, NULL, 0),
+    "bpf": (-1, NULL, 0), "perf_event_open": (NULL, 0, -1, -1, 0), "userfaultfd": (0,),
+    "io_uring_setup": (1, NULL), "io_uring_enter": (-1, 0, 0, 0, NULL, 0), "io_uring_register": (-1, 0, NULL, 0),
+    "kexec_load": (0, 1 << 30, NULL, 0),  # more segments than KEXEC_SEGMENT_MAX: EINVAL even for root
+    "kexec_file_load": (-1, -1, 0, NULL, 0), "init_module": (NULL, 0, NULL), "finit_module": (-1, NULL, 0),
+    "delete_module": (NULL, 0),
+    "reboot": (0, 0, 0, NULL),  # wrong magic: EINVAL even for root
+    "swapon": (NULL, 0), "swapoff": (NULL,), "acct": (b"/nonexistent/alprl-acct", ),
+    "quotactl": (0, NULL, 0, NULL), "quotactl_fd": (-1, 0, 0, NULL),
+    "personality": (0xFFFFFFFF,),  # query the current persona: succeeds without the filter
+}
+# Calls whose unfiltered answer is never EPERM here (success, EBADF): the contrast run checks these.
+NOT_EPERM_WITHOUT_FILTER = ("ptrace", "process_vm_readv", "process_vm_writev", "unshare", "setns", "personality",
+                            "io_uring_enter", "io_uring_register")
+
+
+def syscall_numbers() -> dict[str, int]:
+    try:
+        lib = seccomp_layer._libseccomp()
+    except seccomp_layer.SeccompUnavailable as exc:
+        pytest.skip(str(exc))
+    found = {}
+    for name in PROBES:
+        nr = lib.seccomp_syscall_resolve_name(name.encode())
+        if nr >= 0:  # < 0: unknown, or a pseudo-number for a call this architecture lacks (umount on x86-64)
+            found[name] = nr
+    return found
+
+
+def probe_code(names: list[str]) -> str:
+    """User code: call each syscall, print 'name errno' (0 = it succeeded)."""
+    numbers = syscall_numbers()
+    calls = {name: (numbers[name], PROBES[name]) for name in names if name in numbers}
+    return ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            f"for name, (nr, args) in {calls!r}.items():\n"
+            "    args = [os.getpid() if a == 'PID' else ctypes.c_char_p(a) if isinstance(a, bytes) else ctypes.c_long(a)"
+            " for a in args]\n"
+            "    ctypes.set_errno(0)\n"
+            "    ret = libc.syscall(ctypes.c_long(nr), *args)\n"
+            "    print(name, ctypes.get_errno() if ret == -1 else 0)\n")
+
+
+def errnos(stdout: str) -> dict[str, int]:
+    return {name: int(code) for name, code in (line.split() for line in stdout.splitlines())}
+
+
+@pytest.fixture()
+def filtered(contained):
+    if "seccomp" not in contained.info()["layers"]:
+        pytest.skip(f"seccomp layer unavailable: {contained.info()['layer_errors'].get('seccomp')}")
+    return contained
+
+
+def test_every_denied_syscall_has_a_probe():
+    assert set(seccomp_layer.DENIED_SYSCALLS) == set(PROBES)
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_denied_syscall_gets_eperm(filtered, name):
+    if name not in syscall_numbers():
+        pytest.skip(f"{name} does not exist on this architecture")
+    body = filtered.run(probe_code([name]))
+    assert body["status"] == "Success" and body["run_result"]["return_code"] == 0, body
+    assert errnos(body["run_result"]["stdout"]) == {name: errno.EPERM}
+
+
+def test_ptrace_attach_to_the_parent_gets_eperm(filtered):
+    nr = syscall_numbers()["ptrace"]
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            f"ret = libc.syscall(ctypes.c_long({nr}), ctypes.c_long(16), ctypes.c_long(os.getppid()), 0, 0)\n"
+            "print(ret, ctypes.get_errno())")  # 16 = PTRACE_ATTACH
+    body = filtered.run(code)
+    assert body["status"] == "Success" and body["run_result"]["stdout"] == f"-1 {errno.EPERM}\n", body
+
+
+def test_filter_is_inherited_by_subprocesses_and_sessions(filtered):
+    code = ("import subprocess, sys\nprint(open('/proc/self/status').read().split('Seccomp:')[1].split()[0])\n"
+            "print(subprocess.run([sys.executable, '-c', " + repr(probe_code(["ptrace"])) + "],"
+            " capture_output=True, text=True).stdout, end='')")
+    body = filtered.run(code, run_timeout=10)
+    assert body["run_result"]["stdout"] == f"2\nptrace {errno.EPERM}\n", body  # 2 = SECCOMP_MODE_FILTER
+    sid = filtered.http.post("/sessions").json()["session_id"]
+    cell = filtered.http.post(f"/sessions/{sid}/execute", json={"code": probe_code(["unshare"])}).json()
+    assert cell["stdout"] == f"unshare {errno.EPERM}\n", cell
+    filtered.http.delete(f"/sessions/{sid}")
+
+
+def test_normal_code_still_works_under_the_filter(filtered):
+    code = ("import threading, json, os, fractions, subprocess, sys\nout = []\n"
+            "ts = [threading.Thread(target=out.append, args=(i,)) for i in range(8)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "with open('data.json', 'w') as f:\n    json.dump(sorted(out), f)\n"
+            "print(json.load(open('data.json')), fractions.Fraction(1, 3) * 3, os.listdir('.').count('data.json'))\n"
+            "print(subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True, text=True).stdout,"
+            " end='')\n"
+            "import numpy, sympy\nprint(int(numpy.arange(10).sum()), sympy.factor(sympy.Symbol('x')**2 - 1))")
+    body = filtered.run(code, run_timeout=20)
+    assert body["status"] == "Success", body
+    assert body["run_result"]["stdout"] == "[0, 1, 2, 3, 4, 5, 6, 7] 1 1\n42\n45 (x - 1)*(x + 1)\n"
+
+
+def test_info_reports_the_layer_and_its_denied_calls(filtered):
+    info = filtered.http.get("/v1/info").json()
+    assert "seccomp" in info["layers"] and "seccomp" not in info["layer_errors"]
+    assert info["seccomp"]["action"] == "EPERM"
+    assert set(info["seccomp"]["denied"]) == set(syscall_numbers()) <= set(seccomp_layer.DENIED_SYSCALLS)
+
+
+def test_without_the_layer_the_probed_calls_are_not_eperm():
+    """Contrast: the EPERM above comes from the filter (harmless probes, so a T0 pool is fine here)."""
+    with open("/proc/self/status") as f:
+        if f.read().split("Seccomp:")[1].split()[0] != "0":
+            pytest.skip("the tests themselves run under a seccomp filter (e.g. Docker's): no unfiltered contrast")
+    settings = Settings(workers=1, layers="none", uid_base=fresh_uid_base(), preload="math", preload_heavy="",
+                        max_sessions=0)
+    pool = Pool(settings, allow_unsafe=True)
+    try:
+        result = pool.run(RunRequest(probe_code(list(NOT_EPERM_WITHOUT_FILTER)), timeout_s=10))
+        got = errnos(result.stdout)
+        assert got and all(code != errno.EPERM for code in got.values()), got
+    finally:
+        pool.close()
+
+
+def test_missing_libseccomp_degrades_with_a_reason(monkeypatch):
+    monkeypatch.setattr(seccomp_layer, "LIBSECCOMP", "libalprl-no-such-seccomp.so.9")
+    with pytest.raises(seccomp_layer.SeccompUnavailable, match="install libseccomp2"):
+        seccomp_layer.Filter.build()
+
+
+def test_required_but_unavailable_refuses_to_start():
+    pool = Pool.__new__(Pool)  # only the start-up safety check, with a zygote report that lacks the layer
+    pool.settings = Settings(require_seccomp=True)
+    pool.info_first = {"layers": ["uid", "net"], "errors": {"seccomp": "libseccomp.so.2 not loadable"}}
+    with pytest.raises(SandboxStartError, match="SANDBOX_REQUIRE_SECCOMP=1 but .* libseccomp.so.2 not loadable"):
+        pool._check_safety(True)
+
+
+def test_required_and_available_starts():
+    settings = Settings(workers=1, layers="seccomp", require_seccomp=True, uid_base=fresh_uid_base(),
+                        preload="math", preload_heavy="", max_sessions=0)
+    try:
+        pool = Pool(settings, allow_unsafe=True)
+    except SandboxStartError as exc:
+        pytest.skip(str(exc))
+    try:
+        assert pool.info()["layers"] == ["seccomp"] and pool.info()["seccomp"]["denied"]
+        assert pool.run(RunRequest(probe_code(["bpf"]))).stdout == f"bpf {errno.EPERM}\n"
+    finally:
+        pool.close()
+
+
+def test_x32_syscall_numbers_do_not_bypass_the_filter(filtered):
+    """On x86-64, nr | 0x40000000 reaches the x32 table; the filter treats it as a foreign ABI and kills."""
+    if platform.machine() != "x86_64":
+        pytest.skip("the x32 ABI exists only on x86-64")
+    nr = syscall_numbers()["ptrace"] | 0x40000000
+    body = filtered.run(f"import ctypes\nctypes.CDLL(None).syscall(ctypes.c_long({nr}), 0, 0, 0, 0)\nprint('ran')")
+    assert body["status"] == "Failed" and body["run_result"]["return_code"] == -31, body  # SIGSYS
+    assert body["run_result"]["stdout"] == ""
