@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -110,9 +111,14 @@ def test_sandbox_fusion_and_verl_carry_the_key_in_the_url(keyed):
     assert sandbox_fusion.run_code(req, endpoint=with_key).run_result.stdout == "sf\n"
     with pytest.raises(Exception):  # noqa: B017 - the official client raises its own error types
         sandbox_fusion.run_code(req, endpoint=keyed, max_attempts=1)
+    async_res = asyncio.run(sandbox_fusion.run_code_async(req, endpoint=with_key))  # aiohttp: Basic from the URL
+    assert async_res.run_result.stdout == "sf\n"
+    # verl's reward path: requests.post(url ending in /run_code, data=json, JSON headers), no auth of its own
+    requests = pytest.importorskip("requests")
     body = {"compile_timeout": 10, "run_timeout": 3, "code": "print(input())", "stdin": "7", "memory_limit_MB": 1024,
             "language": "python", "files": {}, "fetch_files": []}
-    resp = httpx.post(f"{with_key}/run_code", json=body, timeout=20, headers={"Content-Type": "application/json"})
+    resp = requests.post(f"{with_key}/run_code", data=json.dumps(body), timeout=20,
+                         headers={"Content-Type": "application/json", "Accept": "application/json"})
     assert resp.status_code == 200 and resp.json()["run_result"]["stdout"] == "7\n"
 
 
