@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 import time
@@ -12,8 +13,10 @@ import pytest
 from conftest import fresh_uid_base
 
 from sandbox._http import RetryPolicy
+from sandbox.auth import key_index, parse_keys, presented_key
 from sandbox.client import AsyncSandboxClient, SandboxAuthError, SandboxClient, make_runner
 from sandbox.local_server import start_server
+from sandbox.settings import Settings, SettingsError
 
 KEY, OTHER_KEY = "right-key-0123", "second-key-4567"
 BEARER, OTHER = {"Authorization": f"Bearer {KEY}"}, {"Authorization": f"Bearer {OTHER_KEY}"}
@@ -21,6 +24,26 @@ SLOW = {"code": "import time; time.sleep(1.5); print('slow')", "language": "pyth
 ROUTES = [("GET", "/v1/info"), ("GET", "/healthz"), ("GET", "/metrics"), ("POST", "/run_code"),
           ("POST", "/execute"), ("POST", "/sessions"), ("POST", "/sessions/abc/execute"),
           ("DELETE", "/sessions/abc")]
+
+
+def test_header_parsing_and_key_matching():
+    basic = base64.b64encode(f"alprl:{KEY}".encode()).decode()
+    assert presented_key(f"Bearer {KEY}") == KEY and presented_key(f"bearer  {KEY} ") == KEY
+    assert presented_key(f"Basic {basic}") == KEY  # what a URL's user info becomes
+    for junk in ("", KEY, "Basic !!!", "Basic " + base64.b64encode(b"\xff:x").decode(), "Digest abc"):
+        assert presented_key(junk) == ""
+    keys = parse_keys(f" {KEY} ,, {OTHER_KEY} ")
+    assert keys == (KEY, OTHER_KEY) and parse_keys("") == ()
+    assert (key_index(KEY, keys), key_index(OTHER_KEY, keys), key_index("", keys), key_index(KEY[:-1], keys)) \
+        == (0, 1, None, None)
+
+
+def test_settings_hide_the_key_and_check_the_cap():
+    s = Settings.from_env({"SANDBOX_API_KEY": KEY, "SANDBOX_MAX_INFLIGHT_PER_CLIENT": "3"})
+    assert (s.api_key, s.max_inflight_per_client) == (KEY, 3) and KEY not in repr(s)
+    assert Settings.from_env({}).max_inflight_per_client == 64 and Settings.from_env({}).api_key == ""
+    with pytest.raises(SettingsError, match="SANDBOX_MAX_INFLIGHT_PER_CLIENT=-1"):
+        Settings.from_env({"SANDBOX_MAX_INFLIGHT_PER_CLIENT": "-1"})
 
 
 @pytest.fixture(scope="module")
