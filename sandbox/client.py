@@ -25,9 +25,9 @@ Sessions (the env's ``exec_mode="session"``): a persistent interpreter whose var
         sess.run("print(x * 7)").stdout    # '42\\n'
                                            # leaving the block (or sess.close()): DELETE /sessions/{id}
 
-`session()` never raises: if creation fails, or a cell times out / kills the interpreter / the session expired
-(TTL) or vanished, `run()` returns a result with ``session_lost=True`` (status SandboxError when nothing ran) and
-every later `run()` on that handle does too — the env turns that into an error observation and
+`session()` never raises (a 401 aside, see above): if creation fails, or a cell times out / kills the
+interpreter / the session expired (TTL) or vanished, `run()` returns a result with ``session_lost=True`` (status
+SandboxError when nothing ran) and every later `run()` on that handle does too — the env turns that into an error observation and
 ``info["session_lost"]``. A cell's timeout ends its session (reference/sandbox.md §1). Cells are retried only
 when they cannot have run (connection refused, 429). `stdin` and `memory_limit_mb` do not apply to cells.
 """
@@ -115,7 +115,8 @@ class _Base:
                 return True, f"{base}: {exc!r}", None
             return idempotent, f"{base}: {exc!r}", None
         if resp.status_code == 401:
-            what = "rejected the API key it was sent" if self.api_key else "needs an API key and none was sent"
+            sent = self.api_key or "@" in base  # httpx sends a URL's user:password as Basic auth
+            what = "rejected the API key it was sent" if sent else "needs an API key and none was sent"
             raise SandboxAuthError(f"sandbox {_shown(base)} {what} (HTTP 401): set SANDBOX_API_KEY in this "
                                    "process's environment to the server's key (or pass api_key=...)")
         if resp.status_code in RETRY_STATUSES and (idempotent or resp.status_code == 429):
