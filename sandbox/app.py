@@ -1,7 +1,8 @@
 """FastAPI application factory: wires settings → service → routes; nothing else lives here.
 
 `create_app(settings)` starts the worker pool in the lifespan (so importing this module is free) and adds two
-ASGI middlewares: request metrics, and a body-size cap answered with 413 before the body is read.
+ASGI middlewares: request metrics with a body-size cap answered with 413 before the body is read (outer), and
+the API key and per-client cap of `sandbox.auth` (inner, so its 401/429 answers are counted too).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from sandbox.admission import Overloaded
+from sandbox.auth import Access, AccessMiddleware
 from sandbox.metrics import Metrics, route_label
 from sandbox.routes import router
 from sandbox.service import VERSION, SandboxService
@@ -52,6 +54,11 @@ class ObserveMiddleware:
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
     metrics = Metrics()
+    access = Access(settings)
+    metrics.gauge("sandbox_unauthorized_total", "requests refused for a missing or wrong API key",
+                  lambda: access.unauthorized)
+    metrics.gauge("sandbox_client_limited_total", "run requests refused by the per-client in-flight cap",
+                  lambda: access.limited)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -64,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="alprl sandbox", version=VERSION, lifespan=lifespan,
                   description="SandboxFusion-compatible Python execution service (see docs/sandbox.md)")
+    app.state.access = access
     app.include_router(router)
 
     @app.exception_handler(Overloaded)
@@ -71,5 +79,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse({"detail": f"sandbox overloaded: {exc}"}, status_code=settings.overload_status,
                             headers={"Retry-After": str(exc.retry_after_s)})
 
-    app.add_middleware(ObserveMiddleware, metrics=metrics)
+    app.add_middleware(AccessMiddleware, access=access)
+    app.add_middleware(ObserveMiddleware, metrics=metrics)  # added last = outermost
     return app

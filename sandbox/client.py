@@ -11,6 +11,12 @@ Failed / TimeLimitExceeded results are answers and never retried. At most `max_i
 in flight. Nothing raises for sandbox trouble: after the last retry the result is ``status="SandboxError"``.
 Stateless runs go through SandboxFusion's ``POST /run_code``, so this client also works against SandboxFusion.
 
+API key: a server started with ``SANDBOX_API_KEY`` (`sandbox.auth`) wants ``Authorization: Bearer <key>``; the
+client sends the ``SANDBOX_API_KEY`` of its own process environment (the first one of a comma list, so a trainer
+and the server it starts can share one environment), or ``api_key=`` given to the constructor. A 401 is a
+configuration error, not sandbox trouble: it raises `SandboxAuthError` at once (naming the URL and the fix),
+with no retries. The per-client cap answers 429 + Retry-After, retried like any overload.
+
 Sessions (the env's ``exec_mode="session"``): a persistent interpreter whose variables survive between calls.
 
     runner = make_runner(url)              # or make_runner(None): local sessions work the same way
@@ -19,9 +25,9 @@ Sessions (the env's ``exec_mode="session"``): a persistent interpreter whose var
         sess.run("print(x * 7)").stdout    # '42\\n'
                                            # leaving the block (or sess.close()): DELETE /sessions/{id}
 
-`session()` never raises: if creation fails, or a cell times out / kills the interpreter / the session expired
-(TTL) or vanished, `run()` returns a result with ``session_lost=True`` (status SandboxError when nothing ran) and
-every later `run()` on that handle does too — the env turns that into an error observation and
+`session()` never raises (a 401 aside, see above): if creation fails, or a cell times out / kills the
+interpreter / the session expired (TTL) or vanished, `run()` returns a result with ``session_lost=True`` (status
+SandboxError when nothing ran) and every later `run()` on that handle does too — the env turns that into an error observation and
 ``info["session_lost"]``. A cell's timeout ends its session (reference/sandbox.md §1). Cells are retried only
 when they cannot have run (connection refused, 429). `stdin` and `memory_limit_mb` do not apply to cells.
 """
@@ -29,6 +35,7 @@ when they cannot have run (connection refused, 429). `stdin` and `memory_limit_m
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -49,7 +56,7 @@ from sandbox.executor import LocalExecutor
 from sandbox.types import CodeRunner, ExecutionResult
 
 __all__ = ["AsyncSandboxClient", "CodeRunner", "ExecutionResult", "HttpSession", "LocalExecutor",
-           "SandboxClient", "make_runner"]
+           "SandboxAuthError", "SandboxClient", "make_runner"]
 HTTP_OVERHEAD_S = 10.0  # HTTP timeout = run timeout + this (queueing, transfer), as verl does
 
 
@@ -58,6 +65,20 @@ def make_runner(url: str | None = None) -> CodeRunner:
     if not url:
         return LocalExecutor()
     return SandboxClient(url)
+
+
+class SandboxAuthError(RuntimeError):
+    """The server answered 401: no API key was sent, or the wrong one. Retrying cannot help."""
+
+
+def _env_key() -> str:
+    return next((k.strip() for k in os.environ.get("SANDBOX_API_KEY", "").split(",") if k.strip()), "")
+
+
+def _shown(base: str) -> str:
+    """The URL without any user:password part, for messages."""
+    scheme, sep, rest = base.partition("://")
+    return scheme + sep + rest.rpartition("@")[2]
 
 
 def _transient_answer(resp: httpx.Response) -> bool:
@@ -71,8 +92,12 @@ def _transient_answer(resp: httpx.Response) -> bool:
 
 class _Base:
     def __init__(self, urls: str | list[str], *, retry: RetryPolicy | None = None, max_in_flight: int = 64,
-                 connect_timeout_s: float = 5.0):
+                 connect_timeout_s: float = 5.0, api_key: str | None = None):
         self.endpoints = Endpoints(parse_urls(urls))
+        self.api_key = _env_key() if api_key is None else api_key
+        self._headers = {"Accept": "application/json"}
+        if self.api_key:
+            self._headers["Authorization"] = f"Bearer {self.api_key}"
         self.retry = retry or RetryPolicy()
         self.max_in_flight = max_in_flight
         self.connect_timeout_s = connect_timeout_s
@@ -89,6 +114,11 @@ class _Base:
                 self.endpoints.mark_down(base)
                 return True, f"{base}: {exc!r}", None
             return idempotent, f"{base}: {exc!r}", None
+        if resp.status_code == 401:
+            sent = self.api_key or "@" in base  # httpx sends a URL's user:password as Basic auth
+            what = "rejected the API key it was sent" if sent else "needs an API key and none was sent"
+            raise SandboxAuthError(f"sandbox {_shown(base)} {what} (HTTP 401): set SANDBOX_API_KEY in this "
+                                   "process's environment to the server's key (or pass api_key=...)")
         if resp.status_code in RETRY_STATUSES and (idempotent or resp.status_code == 429):
             return True, f"{base}: HTTP {resp.status_code}", resp.headers.get("retry-after")
         if transient is not None and transient(resp):
@@ -101,7 +131,7 @@ class SandboxClient(_Base):
 
     def __init__(self, urls: str | list[str], **kwargs):
         super().__init__(urls, **kwargs)
-        self._http = httpx.Client(limits=self._limits, headers={"Accept": "application/json"})
+        self._http = httpx.Client(limits=self._limits, headers=self._headers)
         self._slots = threading.BoundedSemaphore(self.max_in_flight)
 
     def request(self, method: str, path: str, *, json=None, timeout_s: float = 3.0, url: str | None = None,
@@ -192,7 +222,7 @@ class AsyncSandboxClient(_Base):
 
     def __init__(self, urls: str | list[str], **kwargs):
         super().__init__(urls, **kwargs)
-        self._http = httpx.AsyncClient(limits=self._limits, headers={"Accept": "application/json"})
+        self._http = httpx.AsyncClient(limits=self._limits, headers=self._headers)
         self._slots = asyncio.Semaphore(self.max_in_flight)
 
     async def request(self, method: str, path: str, *, json=None, timeout_s: float = 3.0, url: str | None = None,

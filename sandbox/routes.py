@@ -2,7 +2,7 @@
 
 SandboxFusion surface: `GET /v1/ping`, `POST /run_code`. Native: `POST /execute`, sessions, `GET /v1/info`,
 `GET /healthz`, `GET /metrics`. Anything user code does yields HTTP 200 with a result; 4xx only for bad
-requests; overload → 429 + Retry-After (see `sandbox.admission`).
+requests; overload → 429 + Retry-After (see `sandbox.admission`); API key and per-client cap: `sandbox.auth`.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ async def delete_session(session_id: str, request: Request):
 
 @router.get("/v1/info")
 async def info(request: Request):
-    return _service(request).info()
+    return {**_service(request).info(), **request.app.state.access.info()}
 
 
 @router.get("/healthz")

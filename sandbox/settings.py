@@ -27,10 +27,11 @@ class SettingsError(ValueError):
     """A setting has a bad value; the message names the variable and what to do."""
 
 
-def _f(default, doc: str, env: str | None = None):
+def _f(default, doc: str, env: str | None = None, *, secret: bool = False):
+    meta = {"doc": doc, "env": env}
     if callable(default) and not isinstance(default, type):
-        return field(default_factory=default, metadata={"doc": doc, "env": env})
-    return field(default=default, metadata={"doc": doc, "env": env})
+        return field(default_factory=default, metadata=meta)
+    return field(default=default, metadata=meta, repr=not secret)  # a secret never shows in a repr or a log
 
 
 def _default_workdir_root() -> str:
@@ -73,6 +74,11 @@ class Settings:
     backend: str = _f("process", "'process' (zygotes, default) or 'docker' (one hardened container per run)")
     docker_image: str = _f("python:3.11-slim", "image for the docker backend")
     allow_unsafe: bool = _f(False, "start even with neither a uid switch nor namespaces", "ALPRL_SANDBOX_ALLOW_UNSAFE")
+    api_key: str = _f("", "callers must send 'Authorization: Bearer <key>' (a comma list: one key per caller); empty = "
+                      "no auth. Environment only, never a flag: a command line is readable by every local user",
+                      secret=True)
+    max_inflight_per_client: int = _f(64, "run requests one client (key, else address) may have in flight; over "
+                                      "it → overload status; 0 = no cap (64 = the alprl client's own cap)")
     pod_name: str = _f("", "reported as executor_pod_name", "MY_POD_NAME")
     log_level: str = _f("info", "server log level")
 
@@ -86,7 +92,8 @@ class Settings:
             ("output_kill_factor", self.output_kill_factor >= 1, ">= 1"),
             ("uid_base", self.uid_base >= 1000, ">= 1000 (never a system or root uid)"),
             ("backend", self.backend in ("process", "docker"), "'process' or 'docker'"),
-            ("max_sessions", self.max_sessions >= 0, ">= 0"), ("port", 0 <= self.port < 65536, "a TCP port"),
+            ("max_sessions", self.max_sessions >= 0, ">= 0"),
+            ("max_inflight_per_client", self.max_inflight_per_client >= 0, ">= 0 (0 = no cap)"), ("port", 0 <= self.port < 65536, "a TCP port"),
         ]
         for name, ok, expected in checks:
             if not ok:
