@@ -23,7 +23,18 @@ import sys
 import traceback
 import types
 
+from sandbox import _linux
 from sandbox.protocol import Limits
+
+# Private references to everything a child uses after user code ran (result codes, flushing, the session's
+# done pipe, exit): user code may patch `os._exit`, `os.write`, `sys.exit`, `print`, `sys.stdout` or any builtin
+# (e.g. the "anti-hack" header `os._exit = None; sys.exit = None` some pipelines prepend), and must not be able
+# to break our reporting or make our own traceback leak into its output. The module's functions look builtins up
+# in a private copy of the builtins namespace (functions capture `__builtins__` when they are defined).
+__builtins__ = dict(builtins.__dict__)
+_exit, _write, _read, _close = os._exit, os.write, os.read, os.close
+_excepthook, _run_exitfuncs = sys.__excepthook__, atexit._run_exitfuncs
+_streams: list = []  # the text streams rebuild_sys_streams made: flushed after a run even if user code swapped
 
 PROGRAM = "main.py"  # short, stable name for tracebacks (the file also exists in the workdir)
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -53,11 +64,73 @@ def safe_relpath(path: str) -> str:
     return path
 
 
+# Absolute request paths (SandboxFusion accepts e.g. "/mnt/data.txt"): stored at <workdir>/.root/<path>, and that
+# file's directory is bind-mounted over the same directory in a mount namespace private to the run (bind_absolute),
+# so user code's open("/mnt/data.txt") finds it, the host's /mnt is untouched, and fetch reads the workdir copy.
+ABS_ROOT = ".root"
+NO_ABS_UNDER = ("proc", "sys", "dev")
+
+
+def safe_path(path: str) -> str:
+    """A relative path (safe_relpath), or an absolute one naming a file below a directory other than /, /proc,
+    /sys, /dev; raises ValueError otherwise."""
+    if not path.startswith("/"):
+        return safe_relpath(path)
+    rel = safe_relpath(path[1:])
+    if "/" not in rel or rel.split("/")[0] in NO_ABS_UNDER:
+        raise ValueError(f"absolute file path {path!r} must name a file inside a directory, not in /, /proc, "
+                         "/sys or /dev")
+    return path
+
+
+def stored_path(path: str) -> str:
+    """Where a request path lives, relative to the workdir: "/mnt/b" → ".root/mnt/b", "a/b" → "a/b"."""
+    return ABS_ROOT + safe_path(path) if path.startswith("/") else safe_relpath(path)
+
+
+def bind_absolute(workdir: str, paths, uid: int | None, protected: tuple[str, ...] | None) -> None:
+    """Give the run a private mount namespace where each absolute path's directory is <workdir>/.root/<dir>.
+
+    protected: directories no mount may cover or sit inside (the workdir, the interpreter, sys.path, the
+    sandbox package); None when the zygote has no private mount tree, in which case absolute paths are refused.
+    """
+    dirs = sorted({os.path.dirname(safe_path(p)) for p in paths if p.startswith("/")})
+    dirs = [d for d in dirs if not any(d.startswith(q + "/") for q in dirs)]  # one mount covers its subdirs
+    if not dirs:
+        return
+    if protected is None:
+        raise ValueError("absolute file paths need the sandbox's mount layer (not active on this server)")
+    for d in dirs:
+        clash = [q for q in protected if q == d or q.startswith(d + "/") or d.startswith(q + "/")]
+        if clash:
+            raise ValueError(f"absolute file paths in {d!r} would cover the sandbox's own files ({clash[0]})")
+    _linux.unshare(_linux.CLONE_NEWNS)  # copies the zygote's private tree; mounts made here die with the run
+    for d in dirs:
+        src = os.path.join(workdir, ABS_ROOT + d)
+        os.makedirs(src, mode=0o700, exist_ok=True)
+        if uid is not None:
+            for parent in _ancestors(src, workdir):
+                os.lchown(parent, uid, uid)
+        try:
+            os.makedirs(d, mode=0o755, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"directory {d!r} does not exist and cannot be created: {exc.strerror}") from None
+        _linux.mount(src, d, None, _linux.MS_BIND)
+
+
+def _ancestors(path: str, root: str) -> list[str]:
+    out = []
+    while path != root and path.startswith(root + "/"):
+        out.append(path)
+        path = os.path.dirname(path)
+    return out
+
+
 def make_workdir(workdir: str, code: str, files: dict[str, bytes], uid: int | None) -> None:
     """Fresh 0700 directory holding the program and the request's files, owned by the run's uid."""
     os.mkdir(workdir, 0o700)
     for rel, data in files.items():
-        full = os.path.join(workdir, safe_relpath(rel))
+        full = os.path.join(workdir, stored_path(rel))
         os.makedirs(os.path.dirname(full), mode=0o700, exist_ok=True)
         _write_new(full, data)
     _write_new(os.path.join(workdir, PROGRAM), code.encode("utf-8", "surrogatepass"))
@@ -139,6 +212,7 @@ def rebuild_sys_streams() -> None:
                                                    errors="strict", write_through=True)
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                                    errors="backslashreplace", write_through=True)
+    _streams[:] = [sys.stdout, sys.stderr]
 
 
 def exit_code(exc: SystemExit) -> int:
@@ -147,7 +221,10 @@ def exit_code(exc: SystemExit) -> int:
         return 0
     if isinstance(code, int):
         return code & 0xFF
-    print(code, file=sys.stderr)
+    try:  # as the interpreter does: any other value is printed to (the current) sys.stderr
+        print(code, file=sys.stderr)
+    except BaseException:
+        pass
     return 1
 
 
@@ -167,7 +244,10 @@ def report_exception(exc: BaseException, *, skip_frames: int = 1, cells: bool = 
         else:
             sys.excepthook(type(exc), exc, tb)
     except BaseException:  # a broken user excepthook must not hide the original error
-        sys.__excepthook__(type(exc), exc, tb)
+        try:
+            _excepthook(type(exc), exc, tb)
+        except BaseException:
+            pass
 
 
 def new_main_module(workdir: str) -> dict:
@@ -181,7 +261,7 @@ def new_main_module(workdir: str) -> dict:
 
 
 def flush_streams() -> None:
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, *_streams):
         try:
             stream.flush()
         except BaseException:
@@ -208,7 +288,7 @@ def run_main(code: str, workdir: str) -> int:
         threading = sys.modules.get("threading")  # imported by user code if it made threads; the zygote avoids
         if threading is not None:  # importing it, since its at-fork hook would run in every child
             threading._shutdown()
-        atexit._run_exitfuncs()
+        _run_exitfuncs()
     except SystemExit as exc:
         rc = exit_code(exc)
     except BaseException as exc:
@@ -224,7 +304,7 @@ def repl(cell_fd: int, done_fd: int, workdir: str) -> int:
     SystemExit's code otherwise). Exits when the server closes the cell pipe.
     """
     namespace = new_main_module(workdir)
-    os.write(done_fd, b"ready\n")
+    _write(done_fd, b"ready\n")
     count = 0
     while header := _read_exact(cell_fd, 8):
         source = _read_exact(cell_fd, int.from_bytes(header, "big")).decode("utf-8", "replace")
@@ -243,14 +323,14 @@ def repl(cell_fd: int, done_fd: int, workdir: str) -> int:
             report_exception(exc, cells=True)
             rc = 1
         flush_streams()
-        os.write(done_fd, f"{rc}\n".encode())
+        _write(done_fd, f"{rc}\n".encode())
     return 0
 
 
 def _read_exact(fd: int, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
+        chunk = _read(fd, n - len(buf))
         if not chunk:
             break
         buf += chunk
@@ -268,7 +348,11 @@ def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int) -> 
     total = 0
     real_root = os.path.realpath(workdir)
     for rel in paths:
-        full = os.path.realpath(os.path.join(real_root, rel))
+        try:
+            full = os.path.realpath(os.path.join(real_root, stored_path(rel)))
+        except ValueError:
+            skipped.append(rel)
+            continue
         if not full.startswith(real_root + os.sep):
             skipped.append(rel)
             continue
@@ -293,10 +377,12 @@ def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int) -> 
 
 
 def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[int, ...], workdir: str,
-            limits: Limits, uid: int | None, reset_signals: bool = True) -> str:
+            limits: Limits, uid: int | None, reset_signals: bool = True, fetch_paths: tuple[str, ...] = (),
+            protected: tuple[str, ...] | None = None) -> str:
     """Everything before user code; returns the code to run ("" for sessions). Raises on any setup failure.
 
     `keep`: descriptors that survive besides 0-2 (the setup pipe; for sessions also the cell and done pipes).
+    fetch_paths, protected: see bind_absolute (absolute paths of `files` and `fetch_paths` are mapped).
     reset_signals: the zygote used a SIGCHLD handler (no pidfd support); restore defaults first. The text
     streams sys.stdin/out/err were built once in the zygote and already target fds 0-2.
     """
@@ -307,6 +393,7 @@ def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[
     if payload_fd is not None:
         code, files = pickle.loads(read_all(payload_fd))
     make_workdir(workdir, code, files, uid)
+    bind_absolute(workdir, (*files, *fetch_paths), uid, protected)
     redirect_stdio(*stdio, keep=keep)
     if uid is not None:
         drop_privileges(uid)

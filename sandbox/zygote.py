@@ -4,7 +4,7 @@ Started by `sandbox.worker.Zygote` as ``python -I -c "...zygote.main(fd)"`` with
 inherited descriptor (its control socket). At start it enters the requested namespaces — each layer tried on its
 own, failures reported, never fatal — then imports the preload modules and answers ``("ready", info)``.
 
-Layers (see reference/sandbox.md §5): "net" (new network namespace: no interface but a down loopback), "pid" (new
+Layers (see reference/sandbox.md §5): "net" (new network namespace: no interface but loopback, brought up), "pid" (new
 PID namespace; the zygote becomes its init, so ``kill(-1)`` ends every process of a run and /proc is private),
 "mount" (private mount tree: every mount remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm, /var/tmp,
 a new /proc), "uid" (runs switch to a dedicated slot uid; needs root). As non-root, namespaces come from a user
@@ -93,6 +93,11 @@ class Zygote:
                     self.active.add(layer)
                 except OSError as exc:
                     self.errors[layer] = str(exc)
+        if "net" in self.active:
+            try:  # SandboxFusion parity: a run may serve and connect on 127.0.0.1 / localhost (still no route out)
+                _linux.loopback_up()
+            except OSError as exc:
+                self.errors["net.loopback"] = str(exc)
         if "pid" in self.active:
             self._become_init()
 
@@ -184,6 +189,7 @@ class Zygote:
     def _fork(self, prepare_kwargs: dict, body) -> tuple[int, int]:
         """Fork a child that runs `child.prepare` then `body(code)`; returns (pid, setup pipe read end)."""
         setup_r, setup_w = os.pipe()
+        exit_, write = child._exit, child._write  # frame locals: out of reach of a run that patches modules
         pid = os.fork()
         if pid == 0:
             try:
@@ -191,16 +197,16 @@ class Zygote:
                                      uid=self.uid, reset_signals=not self.use_pidfd, **prepare_kwargs)
             except BaseException as exc:
                 try:
-                    os.write(setup_w, f"err:{type(exc).__name__}: {exc}".encode()[:4000])
+                    write(setup_w, f"err:{type(exc).__name__}: {exc}".encode()[:4000])
                 finally:
-                    os._exit(125)
+                    exit_(125)
             os.write(setup_w, b"ok")
             os.close(setup_w)
             rc = 1
-            try:
+            try:  # from here on user code may have patched os, sys and builtins: only child's private references
                 rc = body(code)
             finally:
-                os._exit(rc)
+                exit_(rc)
         os.close(setup_w)
         return pid, setup_r
 
@@ -236,7 +242,9 @@ class Zygote:
         payload_r, stdin_r, out_w, err_w, *rest = fds
         fetch_w = rest[0] if rest else None
         start = time.monotonic()
-        pid, setup_r = self._fork({"payload_fd": payload_r, "stdio": (stdin_r, out_w, err_w), "limits": spec.limits},
+        protected = (self.workdir, *importable_paths()) if "mount" in self.active else None
+        pid, setup_r = self._fork({"payload_fd": payload_r, "stdio": (stdin_r, out_w, err_w), "limits": spec.limits,
+                                   "fetch_paths": spec.fetch_files, "protected": protected},
                                   lambda code: child.run_main(code, self.workdir))
         for fd in (payload_r, stdin_r, out_w, err_w):
             os.close(fd)
