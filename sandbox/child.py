@@ -91,7 +91,7 @@ def stored_path(path: str) -> str:
 def bind_absolute(workdir: str, paths, uid: int | None, protected: tuple[str, ...] | None) -> None:
     """Give the run a private mount namespace where each absolute path's directory is <workdir>/.root/<dir>.
 
-    protected: directories no mount may cover or sit inside (the workdir, the interpreter, sys.path, the
+    protected: directories no mount may cover or sit inside (the workdirs' root, the interpreter, sys.path, the
     sandbox package); None when the zygote has no private mount tree, in which case absolute paths are refused.
     """
     dirs = sorted({os.path.dirname(safe_path(p)) for p in paths if p.startswith("/")})
@@ -101,7 +101,8 @@ def bind_absolute(workdir: str, paths, uid: int | None, protected: tuple[str, ..
     if protected is None:
         raise ValueError("absolute file paths need the sandbox's mount layer (not active on this server)")
     for d in dirs:
-        clash = [q for q in protected if q == d or q.startswith(d + "/") or d.startswith(q + "/")]
+        real = os.path.realpath(d)  # e.g. /lib → /usr/lib: judge where the mount would really land
+        clash = [q for q in protected for x in {d, real} if q == x or q.startswith(x + "/") or x.startswith(q + "/")]
         if clash:
             raise ValueError(f"absolute file paths in {d!r} would cover the sandbox's own files ({clash[0]})")
     _linux.unshare(_linux.CLONE_NEWNS)  # copies the zygote's private tree; mounts made here die with the run

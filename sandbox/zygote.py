@@ -242,7 +242,7 @@ class Zygote:
         payload_r, stdin_r, out_w, err_w, *rest = fds
         fetch_w = rest[0] if rest else None
         start = time.monotonic()
-        protected = (self.workdir, *importable_paths()) if "mount" in self.active else None
+        protected = (os.path.dirname(self.workdir), *importable_paths()) if "mount" in self.active else None
         pid, setup_r = self._fork({"payload_fd": payload_r, "stdio": (stdin_r, out_w, err_w), "limits": spec.limits,
                                    "fetch_paths": spec.fetch_files, "protected": protected},
                                   lambda code: child.run_main(code, self.workdir))
