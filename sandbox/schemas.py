@@ -3,7 +3,7 @@
 
 Files travel base64-encoded. Paths must be without '..' or empty parts (422 otherwise). Relative paths are written
 into, and fetched from, the run's private workdir; absolute ones (SandboxFusion allows them) are mapped into it
-and bind-mounted at their directory in the run's own mount namespace (`sandbox.child.bind_absolute`).
+and bind-mounted at their directory in the run's own mount namespace (`sandbox.paths`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sandbox.child import safe_path
+from sandbox.paths import safe_path
 
 # Every language value the sandbox-fusion client (0.3.7 models.Language) may send; alprl runs "python" only.
 Language = Literal["python", "python2", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash",

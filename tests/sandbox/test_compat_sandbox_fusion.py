@@ -202,7 +202,7 @@ def test_absolute_paths_without_a_mount_layer_get_a_clear_422():
 
     from fastapi import HTTPException
 
-    from sandbox.child import bind_absolute
+    from sandbox.paths import bind_absolute
     from sandbox.routes import _run_request
     from sandbox.settings import Settings
 
