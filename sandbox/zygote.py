@@ -4,8 +4,8 @@ Started by `sandbox.worker.Zygote` as ``python -I -c "...zygote.main(fd)"`` with
 inherited descriptor (its control socket). At start it enters the requested namespaces — each layer tried on its
 own, failures reported, never fatal — then imports the preload modules and answers ``("ready", info)``.
 
-Layers (see reference/sandbox.md §5): "net" (new network namespace: no interface but loopback, brought up), "pid" (new
-PID namespace; the zygote becomes its init, so ``kill(-1)`` ends every process of a run and /proc is private),
+Layers (see reference/sandbox.md §5): "net" (new network namespace: no interface but its loopback, brought up),
+"pid" (new PID namespace; the zygote becomes its init, so ``kill(-1)`` ends every process of a run and /proc is private),
 "mount" (private mount tree: every mount remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm, /var/tmp,
 a new /proc), "uid" (runs switch to a dedicated slot uid; needs root). As non-root, namespaces come from a user
 namespace where the kernel allows it.
