@@ -23,7 +23,7 @@ import sys
 import traceback
 import types
 
-from sandbox.paths import bind_absolute, stored_path
+from sandbox.paths import AbsoluteMap, ancestors, bind_absolute, check_absolute, host_path
 from sandbox.protocol import Limits
 
 # Private references to everything a child uses after user code ran (result codes, flushing, the session's
@@ -56,13 +56,22 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def make_workdir(workdir: str, code: str, files: dict[str, bytes], uid: int | None) -> None:
-    """Fresh 0700 directory holding the program and the request's files, owned by the run's uid."""
+def make_workdir(workdir: str, code: str, files: dict[str, bytes], uid: int | None,
+                 amap: AbsoluteMap | None = None) -> None:
+    """Fresh 0700 directory holding the program and the request's files, owned by the run's uid.
+
+    Absolute paths: see `sandbox.paths` (in <workdir>/.root, or as they are in a private tmp dir)."""
     os.mkdir(workdir, 0o700)
     for rel, data in files.items():
-        full = os.path.join(workdir, stored_path(rel))
+        full, root = host_path(rel, workdir, amap)
         os.makedirs(os.path.dirname(full), mode=0o700, exist_ok=True)
+        real_dir, real_root = os.path.realpath(os.path.dirname(full)), os.path.realpath(root)
+        if real_dir != real_root and not real_dir.startswith(real_root + "/"):
+            raise ValueError(f"file path {rel!r} leads out of {root}")  # a symlink left in a tmp dir
         _write_new(full, data)
+        if uid is not None and root != workdir:
+            for path in ancestors(full, root):
+                os.lchown(path, uid, uid)
     _write_new(os.path.join(workdir, PROGRAM), code.encode("utf-8", "surrogatepass"))
     if uid is not None:
         os.lchown(workdir, uid, uid)
@@ -267,7 +276,7 @@ def _read_exact(fd: int, n: int) -> bytes:
     return bytes(buf)
 
 
-def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int) -> None:
+def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int, amap: AbsoluteMap | None = None) -> None:
     """Read requested files back (after the run, as the run's uid), confined to `workdir`; JSON to `out_fd`.
 
     Output: {"files": {path: base64}, "skipped": [path, ...]} — missing, non-regular, outside-the-workdir or
@@ -276,13 +285,13 @@ def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int) -> 
     found: dict[str, str] = {}
     skipped: list[str] = []
     total = 0
-    real_root = os.path.realpath(workdir)
     for rel in paths:
         try:
-            full = os.path.realpath(os.path.join(real_root, stored_path(rel)))
+            where, root = host_path(rel, workdir, amap)
         except ValueError:
             skipped.append(rel)
             continue
+        full, real_root = os.path.realpath(where), os.path.realpath(root)
         if not full.startswith(real_root + os.sep):
             skipped.append(rel)
             continue
@@ -308,11 +317,12 @@ def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int) -> 
 
 def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[int, ...], workdir: str,
             limits: Limits, uid: int | None, reset_signals: bool = True, fetch_paths: tuple[str, ...] = (),
-            protected: tuple[str, ...] | None = None) -> str:
+            amap: AbsoluteMap | None = None) -> str:
     """Everything before user code; returns the code to run ("" for sessions). Raises on any setup failure.
 
     `keep`: descriptors that survive besides 0-2 (the setup pipe; for sessions also the cell and done pipes).
-    fetch_paths, protected: see bind_absolute (absolute paths of `files` and `fetch_paths` are mapped).
+    fetch_paths, amap: absolute paths of `files` and `fetch_paths` are mapped (`sandbox.paths`); amap None: no
+    private mount tree, so they are refused.
     reset_signals: the zygote used a SIGCHLD handler (no pidfd support); restore defaults first. The text
     streams sys.stdin/out/err were built once in the zygote and already target fds 0-2.
     """
@@ -322,8 +332,9 @@ def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[
     code, files = "", {}
     if payload_fd is not None:
         code, files = pickle.loads(read_all(payload_fd))
-    make_workdir(workdir, code, files, uid)
-    bind_absolute(workdir, (*files, *fetch_paths), uid, protected)
+    check_absolute((*files, *fetch_paths), amap)
+    make_workdir(workdir, code, files, uid, amap)
+    bind_absolute(workdir, (*files, *fetch_paths), uid, amap)
     redirect_stdio(*stdio, keep=keep)
     if uid is not None:
         drop_privileges(uid)

@@ -32,6 +32,7 @@ import sys
 import time
 
 from sandbox import _linux, child
+from sandbox.paths import AbsoluteMap
 from sandbox.protocol import RunReport, RunSpec, SessionSpec, ZygoteConfig, recv, send
 
 TMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
@@ -210,6 +211,12 @@ class Zygote:
         os.close(setup_w)
         return pid, setup_r
 
+    def absolute_map(self) -> AbsoluteMap | None:
+        """How runs may use absolute file paths (`sandbox.paths`): only with our private mount tree."""
+        if "mount" not in self.active:
+            return None
+        return AbsoluteMap((os.path.dirname(self.workdir), *importable_paths()), self.tmp_dirs)
+
     def _wait(self, pid: int, deadline: float | None) -> str | None:
         """Block until `pid` exits (reason None), a kill message arrives, or the deadline passes."""
         pidfd = os.pidfd_open(pid) if self.use_pidfd else None  # readable once the process has exited
@@ -242,9 +249,8 @@ class Zygote:
         payload_r, stdin_r, out_w, err_w, *rest = fds
         fetch_w = rest[0] if rest else None
         start = time.monotonic()
-        protected = (os.path.dirname(self.workdir), *importable_paths()) if "mount" in self.active else None
         pid, setup_r = self._fork({"payload_fd": payload_r, "stdio": (stdin_r, out_w, err_w), "limits": spec.limits,
-                                   "fetch_paths": spec.fetch_files, "protected": protected},
+                                   "fetch_paths": spec.fetch_files, "amap": self.absolute_map()},
                                   lambda code: child.run_main(code, self.workdir))
         for fd in (payload_r, stdin_r, out_w, err_w):
             os.close(fd)
@@ -338,7 +344,7 @@ class Zygote:
                     child.reset_process_state()
                 if self.uid is not None:
                     child.drop_privileges(self.uid)
-                child.fetch_files(self.workdir, spec.fetch_files, spec.max_fetch_bytes, fetch_w)
+                child.fetch_files(self.workdir, spec.fetch_files, spec.max_fetch_bytes, fetch_w, self.absolute_map())
                 code = 0
             finally:
                 os._exit(code)

@@ -153,22 +153,26 @@ def test_run_code_absolute_path_files_and_fetch(contained):
     data = bytes(range(256))
     before = os.listdir("/mnt") if os.path.isdir("/mnt") else None
     req = RunCodeRequest(code="d = open('/mnt/b', 'rb').read()\nopen('/mnt/c', 'wb').write(d[::-1])\n"
-                              "import os\nos.makedirs('/tmp/x', exist_ok=True)\nopen('/tmp/x/y.txt', 'w').write('y')",
-                         language="python", files={"/mnt/b": base64.b64encode(data).decode()},
-                         fetch_files=["/mnt/b", "/mnt/c", "/tmp/x/y.txt"])
+                              "import os\nos.makedirs('/tmp/x', exist_ok=True)\nopen('/tmp/x/y.txt', 'w').write('y')\n"
+                              "open('/tmp/z.txt', 'w').write(open('/tmp/in.txt').read())",
+                         language="python", files={"/mnt/b": base64.b64encode(data).decode(),
+                                                    "/tmp/in.txt": base64.b64encode(b"z").decode()},
+                         fetch_files=["/mnt/b", "/mnt/c", "/tmp/x/y.txt", "/tmp/z.txt"])
     res = run_code(req, endpoint=server.url, max_attempts=1)
     assert res.status == RunStatus.Success, res
     assert base64.b64decode(res.files["/mnt/b"]) == data and base64.b64decode(res.files["/mnt/c"]) == data[::-1]
-    assert base64.b64decode(res.files["/tmp/x/y.txt"]) == b"y"
+    assert base64.b64decode(res.files["/tmp/x/y.txt"]) == b"y" and base64.b64decode(res.files["/tmp/z.txt"]) == b"z"
     after = os.listdir("/mnt") if os.path.isdir("/mnt") else None
     assert before == after and not os.path.exists("/mnt/b") and not os.path.exists("/tmp/x/y.txt")
 
 
 def test_run_code_absolute_path_is_private_to_the_run(server):
     _needs(server, "mount")
-    server.run("x = 1", files={"/mnt/b": base64.b64encode(b"first").decode()})
-    res = server.run("import os\nprint(os.path.exists('/mnt/b'))")
-    assert res["run_result"]["stdout"] == "False\n"
+    one = base64.b64encode(b"1").decode()
+    first = server.run("x = 1", files={"/mnt/b": one, "/tmp/a": one})
+    assert first["status"] == "Success", first
+    res = server.run("import os\nprint(os.path.exists('/mnt/b'), os.path.exists('/tmp/a'))")
+    assert res["run_result"]["stdout"] == "False False\n"
 
 
 @pytest.mark.parametrize("path", ["/mnt/../etc/passwd", "/mnt/./b", "//b", "/b", "/proc/self/b", "../b", "/mnt//b"])
@@ -202,7 +206,7 @@ def test_absolute_paths_without_a_mount_layer_get_a_clear_422():
 
     from fastapi import HTTPException
 
-    from sandbox.paths import bind_absolute
+    from sandbox.paths import check_absolute
     from sandbox.routes import _run_request
     from sandbox.settings import Settings
 
@@ -212,4 +216,4 @@ def test_absolute_paths_without_a_mount_layer_get_a_clear_422():
     assert err.value.status_code == 422 and "no private mount layer" in err.value.detail
     assert _run_request(service, "pass", 1.0, -1, "", {}, ["b"]).fetch_files == ("b",)
     with pytest.raises(ValueError, match="mount layer"):  # the child refuses too (defence in depth)
-        bind_absolute("/nonexistent", ["/mnt/b"], None, None)
+        check_absolute(["/mnt/b"], None)
