@@ -32,7 +32,7 @@ from sandbox.protocol import Limits
 # to break our reporting or make our own traceback leak into its output. The module's functions look builtins up
 # in a private copy of the builtins namespace (functions capture `__builtins__` when they are defined).
 __builtins__ = dict(builtins.__dict__)
-_exit, _write, _read, _close = os._exit, os.write, os.read, os.close
+_exit, _write, _read = os._exit, os.write, os.read
 _excepthook, _run_exitfuncs = sys.__excepthook__, atexit._run_exitfuncs
 _streams: list = []  # the text streams rebuild_sys_streams made: flushed after a run even if user code swapped
 
