@@ -7,8 +7,11 @@ Constants are from <sched.h>, <sys/mount.h> and <linux/prctl.h>.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
+import socket
+import struct
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -28,6 +31,10 @@ MS_PRIVATE = 0x40000
 MS_RELATIME = 0x200000
 _OPTION_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
                  "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
+
+SIOCGIFFLAGS = 0x8913  # <linux/sockios.h>
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1  # <net/if.h>
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -56,6 +63,18 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, d
     """mount(2); `data` is the comma-separated option string (e.g. ``"size=64m,mode=1777"``)."""
     enc = [None if v is None else v.encode() for v in (source, target, fstype, data)]
     _check(_libc.mount(enc[0], enc[1], enc[2], flags, enc[3]), f"mount({target!r}, {fstype})")
+
+
+def loopback_up() -> None:
+    """Bring `lo` up in the caller's network namespace (a new one has it down), as `ip link set lo up` would.
+
+    SIOCSIFFLAGS on a throw-away socket; needs CAP_NET_ADMIN in the namespace (root, or root of our userns).
+    A new namespace has no other interface and no route, so only 127.0.0.0/8 and ::1 become reachable.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifreq = struct.pack("16sh22x", b"lo", 0)  # struct ifreq: name[16], then the ifr_flags union member
+        flags = struct.unpack("16sh22x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, ifreq))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | IFF_UP))
 
 
 def readonly_remount_all(skip: tuple[str, ...]) -> list[str]:

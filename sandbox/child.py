@@ -23,7 +23,18 @@ import sys
 import traceback
 import types
 
+from sandbox.paths import AbsoluteMap, ancestors, bind_absolute, check_absolute, host_path
 from sandbox.protocol import Limits
+
+# Private references to everything a child uses after user code ran (result codes, flushing, the session's
+# done pipe, exit): user code may patch `os._exit`, `os.write`, `sys.exit`, `print`, `sys.stdout` or any builtin
+# (e.g. the "anti-hack" header `os._exit = None; sys.exit = None` some pipelines prepend), and must not be able
+# to break our reporting or make our own traceback leak into its output. The module's functions look builtins up
+# in a private copy of the builtins namespace (functions capture `__builtins__` when they are defined).
+__builtins__ = dict(builtins.__dict__)
+_exit, _write, _read = os._exit, os.write, os.read
+_excepthook, _run_exitfuncs = sys.__excepthook__, atexit._run_exitfuncs
+_streams: list = []  # the text streams rebuild_sys_streams made: flushed after a run even if user code swapped
 
 PROGRAM = "main.py"  # short, stable name for tracebacks (the file also exists in the workdir)
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -45,21 +56,22 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def safe_relpath(path: str) -> str:
-    """Reject absolute paths, '..' and empty components (the HTTP layer checks too; this is defence in depth)."""
-    parts = path.split("/")
-    if not path or path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"unsafe file path {path!r}")
-    return path
+def make_workdir(workdir: str, code: str, files: dict[str, bytes], uid: int | None,
+                 amap: AbsoluteMap | None = None) -> None:
+    """Fresh 0700 directory holding the program and the request's files, owned by the run's uid.
 
-
-def make_workdir(workdir: str, code: str, files: dict[str, bytes], uid: int | None) -> None:
-    """Fresh 0700 directory holding the program and the request's files, owned by the run's uid."""
+    Absolute paths: see `sandbox.paths` (in <workdir>/.root, or as they are in a private tmp dir)."""
     os.mkdir(workdir, 0o700)
     for rel, data in files.items():
-        full = os.path.join(workdir, safe_relpath(rel))
+        full, root = host_path(rel, workdir, amap)
         os.makedirs(os.path.dirname(full), mode=0o700, exist_ok=True)
+        real_dir, real_root = os.path.realpath(os.path.dirname(full)), os.path.realpath(root)
+        if real_dir != real_root and not real_dir.startswith(real_root + "/"):
+            raise ValueError(f"file path {rel!r} leads out of {root}")  # a symlink left in a tmp dir
         _write_new(full, data)
+        if uid is not None and root != workdir:
+            for path in ancestors(full, root):
+                os.lchown(path, uid, uid)
     _write_new(os.path.join(workdir, PROGRAM), code.encode("utf-8", "surrogatepass"))
     if uid is not None:
         os.lchown(workdir, uid, uid)
@@ -139,6 +151,7 @@ def rebuild_sys_streams() -> None:
                                                    errors="strict", write_through=True)
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                                    errors="backslashreplace", write_through=True)
+    _streams[:] = [sys.stdout, sys.stderr]
 
 
 def exit_code(exc: SystemExit) -> int:
@@ -147,7 +160,10 @@ def exit_code(exc: SystemExit) -> int:
         return 0
     if isinstance(code, int):
         return code & 0xFF
-    print(code, file=sys.stderr)
+    try:  # as the interpreter does: any other value is printed to (the current) sys.stderr
+        print(code, file=sys.stderr)
+    except BaseException:
+        pass
     return 1
 
 
@@ -167,7 +183,10 @@ def report_exception(exc: BaseException, *, skip_frames: int = 1, cells: bool = 
         else:
             sys.excepthook(type(exc), exc, tb)
     except BaseException:  # a broken user excepthook must not hide the original error
-        sys.__excepthook__(type(exc), exc, tb)
+        try:
+            _excepthook(type(exc), exc, tb)
+        except BaseException:
+            pass
 
 
 def new_main_module(workdir: str) -> dict:
@@ -181,7 +200,7 @@ def new_main_module(workdir: str) -> dict:
 
 
 def flush_streams() -> None:
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, *_streams):
         try:
             stream.flush()
         except BaseException:
@@ -208,7 +227,7 @@ def run_main(code: str, workdir: str) -> int:
         threading = sys.modules.get("threading")  # imported by user code if it made threads; the zygote avoids
         if threading is not None:  # importing it, since its at-fork hook would run in every child
             threading._shutdown()
-        atexit._run_exitfuncs()
+        _run_exitfuncs()
     except SystemExit as exc:
         rc = exit_code(exc)
     except BaseException as exc:
@@ -224,7 +243,7 @@ def repl(cell_fd: int, done_fd: int, workdir: str) -> int:
     SystemExit's code otherwise). Exits when the server closes the cell pipe.
     """
     namespace = new_main_module(workdir)
-    os.write(done_fd, b"ready\n")
+    _write(done_fd, b"ready\n")
     count = 0
     while header := _read_exact(cell_fd, 8):
         source = _read_exact(cell_fd, int.from_bytes(header, "big")).decode("utf-8", "replace")
@@ -243,21 +262,21 @@ def repl(cell_fd: int, done_fd: int, workdir: str) -> int:
             report_exception(exc, cells=True)
             rc = 1
         flush_streams()
-        os.write(done_fd, f"{rc}\n".encode())
+        _write(done_fd, f"{rc}\n".encode())
     return 0
 
 
 def _read_exact(fd: int, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
+        chunk = _read(fd, n - len(buf))
         if not chunk:
             break
         buf += chunk
     return bytes(buf)
 
 
-def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int) -> None:
+def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int, amap: AbsoluteMap | None = None) -> None:
     """Read requested files back (after the run, as the run's uid), confined to `workdir`; JSON to `out_fd`.
 
     Output: {"files": {path: base64}, "skipped": [path, ...]} — missing, non-regular, outside-the-workdir or
@@ -266,9 +285,13 @@ def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int) -> 
     found: dict[str, str] = {}
     skipped: list[str] = []
     total = 0
-    real_root = os.path.realpath(workdir)
     for rel in paths:
-        full = os.path.realpath(os.path.join(real_root, rel))
+        try:
+            where, root = host_path(rel, workdir, amap)
+        except ValueError:
+            skipped.append(rel)
+            continue
+        full, real_root = os.path.realpath(where), os.path.realpath(root)
         if not full.startswith(real_root + os.sep):
             skipped.append(rel)
             continue
@@ -293,10 +316,13 @@ def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int) -> 
 
 
 def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[int, ...], workdir: str,
-            limits: Limits, uid: int | None, reset_signals: bool = True) -> str:
+            limits: Limits, uid: int | None, reset_signals: bool = True, fetch_paths: tuple[str, ...] = (),
+            amap: AbsoluteMap | None = None) -> str:
     """Everything before user code; returns the code to run ("" for sessions). Raises on any setup failure.
 
     `keep`: descriptors that survive besides 0-2 (the setup pipe; for sessions also the cell and done pipes).
+    fetch_paths, amap: absolute paths of `files` and `fetch_paths` are mapped (`sandbox.paths`); amap None: no
+    private mount tree, so they are refused.
     reset_signals: the zygote used a SIGCHLD handler (no pidfd support); restore defaults first. The text
     streams sys.stdin/out/err were built once in the zygote and already target fds 0-2.
     """
@@ -306,7 +332,9 @@ def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[
     code, files = "", {}
     if payload_fd is not None:
         code, files = pickle.loads(read_all(payload_fd))
-    make_workdir(workdir, code, files, uid)
+    check_absolute((*files, *fetch_paths), amap)
+    make_workdir(workdir, code, files, uid, amap)
+    bind_absolute(workdir, (*files, *fetch_paths), uid, amap)
     redirect_stdio(*stdio, keep=keep)
     if uid is not None:
         drop_privileges(uid)

@@ -13,7 +13,8 @@ reference/sandbox.md §5):
   with byte caps; request data passed through pipes, never kept by the long-lived zygote.
 - "uid" (server is root, T1): each slot runs code as its own uid (uid_base + slot) with no groups, so it cannot
   signal or read the server or other runs; RLIMIT_NPROC per slot uid bounds fork bombs; leftovers are killed by uid.
-- "net" (T2): a network namespace with no usable interface: every connect fails at once (ENETUNREACH).
+- "net" (T2): a network namespace with only its own loopback (up, as in SandboxFusion): a run may serve and
+  connect on 127.0.0.1; any other connect fails at once (ENETUNREACH), the host's loopback is not this one.
 - "pid" (T2): the zygote is init of a PID namespace, so kill(-1) ends every process of a run (double-forked
   daemons included) and user code cannot see or signal any outside process.
 - "mount" (T2): private mount tree, everything remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm,

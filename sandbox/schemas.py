@@ -1,8 +1,9 @@
 """HTTP request/response models: SandboxFusion's wire format (bytedance/SandboxFusion `sandbox/server/sandbox_api.py`,
 `sandbox/runners/types.py`; field names, defaults and statuses kept) plus alprl's native routes.
 
-Files travel base64-encoded. Paths must be relative, without '..' or empty parts (422 otherwise); they are written
-into, and fetched from, the run's private workdir only.
+Files travel base64-encoded. Paths must be without '..' or empty parts (422 otherwise). Relative paths are written
+into, and fetched from, the run's private workdir; absolute ones (SandboxFusion allows them) are mapped into it
+and bind-mounted at their directory in the run's own mount namespace (`sandbox.paths`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sandbox.child import safe_relpath
+from sandbox.paths import safe_path
 
 # Every language value the sandbox-fusion client (0.3.7 models.Language) may send; alprl runs "python" only.
 Language = Literal["python", "python2", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash",
@@ -25,9 +26,9 @@ Language = Literal["python", "python2", "cpp", "nodejs", "go", "go_test", "java"
 def _check_paths(paths) -> None:
     for path in paths:
         try:
-            safe_relpath(path)
-        except ValueError:
-            raise ValueError(f"file path {path!r} must be relative, without '..' or empty parts") from None
+            safe_path(path)
+        except ValueError as exc:
+            raise ValueError(f"file path {path!r} must be without '..' or empty parts ({exc})") from None
 
 
 def decode_files(files: dict[str, str | None]) -> dict[str, bytes]:

@@ -4,8 +4,8 @@ Started by `sandbox.worker.Zygote` as ``python -I -c "...zygote.main(fd)"`` with
 inherited descriptor (its control socket). At start it enters the requested namespaces — each layer tried on its
 own, failures reported, never fatal — then imports the preload modules and answers ``("ready", info)``.
 
-Layers (see reference/sandbox.md §5): "net" (new network namespace: no interface but a down loopback), "pid" (new
-PID namespace; the zygote becomes its init, so ``kill(-1)`` ends every process of a run and /proc is private),
+Layers (see reference/sandbox.md §5): "net" (new network namespace: no interface but its loopback, brought up),
+"pid" (new PID namespace; the zygote becomes its init, so ``kill(-1)`` ends every process of a run and /proc is private),
 "mount" (private mount tree: every mount remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm, /var/tmp,
 a new /proc), "uid" (runs switch to a dedicated slot uid; needs root), "seccomp" (a syscall filter compiled
 here once, installed by each child as its last step before user code: `sandbox.seccomp_layer`). As non-root,
@@ -33,6 +33,7 @@ import sys
 import time
 
 from sandbox import _linux, child, seccomp_layer
+from sandbox.paths import AbsoluteMap
 from sandbox.protocol import RunReport, RunSpec, SessionSpec, ZygoteConfig, recv, send
 
 TMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
@@ -95,6 +96,11 @@ class Zygote:
                     self.active.add(layer)
                 except OSError as exc:
                     self.errors[layer] = str(exc)
+        if "net" in self.active:
+            try:  # SandboxFusion parity: a run may serve and connect on 127.0.0.1 / localhost (still no route out)
+                _linux.loopback_up()
+            except OSError as exc:
+                self.errors["net.loopback"] = str(exc)
         if "pid" in self.active:
             self._become_init()
 
@@ -199,6 +205,7 @@ class Zygote:
     def _fork(self, prepare_kwargs: dict, body) -> tuple[int, int]:
         """Fork a child that runs `child.prepare` then `body(code)`; returns (pid, setup pipe read end)."""
         setup_r, setup_w = os.pipe()
+        exit_, write = child._exit, child._write  # frame locals: out of reach of a run that patches modules
         pid = os.fork()
         if pid == 0:
             try:
@@ -208,18 +215,24 @@ class Zygote:
                     self.filter.install()
             except BaseException as exc:
                 try:
-                    os.write(setup_w, f"err:{type(exc).__name__}: {exc}".encode()[:4000])
+                    write(setup_w, f"err:{type(exc).__name__}: {exc}".encode()[:4000])
                 finally:
-                    os._exit(125)
+                    exit_(125)
             os.write(setup_w, b"ok")
             os.close(setup_w)
             rc = 1
-            try:
+            try:  # from here on user code may have patched os, sys and builtins: only child's private references
                 rc = body(code)
             finally:
-                os._exit(rc)
+                exit_(rc)
         os.close(setup_w)
         return pid, setup_r
+
+    def absolute_map(self) -> AbsoluteMap | None:
+        """How runs may use absolute file paths (`sandbox.paths`): only with our private mount tree."""
+        if "mount" not in self.active:
+            return None
+        return AbsoluteMap((os.path.dirname(self.workdir), *importable_paths()), self.tmp_dirs)
 
     def _wait(self, pid: int, deadline: float | None) -> str | None:
         """Block until `pid` exits (reason None), a kill message arrives, or the deadline passes."""
@@ -253,7 +266,8 @@ class Zygote:
         payload_r, stdin_r, out_w, err_w, *rest = fds
         fetch_w = rest[0] if rest else None
         start = time.monotonic()
-        pid, setup_r = self._fork({"payload_fd": payload_r, "stdio": (stdin_r, out_w, err_w), "limits": spec.limits},
+        pid, setup_r = self._fork({"payload_fd": payload_r, "stdio": (stdin_r, out_w, err_w), "limits": spec.limits,
+                                   "fetch_paths": spec.fetch_files, "amap": self.absolute_map()},
                                   lambda code: child.run_main(code, self.workdir))
         for fd in (payload_r, stdin_r, out_w, err_w):
             os.close(fd)
@@ -347,7 +361,7 @@ class Zygote:
                     child.reset_process_state()
                 if self.uid is not None:
                     child.drop_privileges(self.uid)
-                child.fetch_files(self.workdir, spec.fetch_files, spec.max_fetch_bytes, fetch_w)
+                child.fetch_files(self.workdir, spec.fetch_files, spec.max_fetch_bytes, fetch_w, self.absolute_map())
                 code = 0
             finally:
                 os._exit(code)

@@ -82,7 +82,8 @@ def test_uid_layer_runs_code_as_the_slot_uid_and_kills_its_daemons():
         pool.close()
 
 
-def test_net_layer_blocks_even_loopback():
+def test_net_layer_blocks_the_hosts_loopback():
+    # The run's namespace has its own loopback (up, for SandboxFusion parity): the host's 127.0.0.1 is not it.
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     probe = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
