@@ -28,7 +28,9 @@ EPILOG = """overrides: dotted key=value pairs after the options, e.g.
 Show every key with its default and meaning: alprl train --help-config
 
 exit status: 0 done; 2 a bad config key or value, a missing file or server, a full disk while saving a
-checkpoint, or (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died; 4 the sandbox failed tool calls in env.sandbox_max_failing_steps consecutive steps (the last step's checkpoint is kept: --resume once it answers); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+checkpoint, or (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference
+engine's process died; 4 the sandbox failed tool calls in env.sandbox_max_failing_steps consecutive steps (the
+last step's checkpoint is kept: --resume once it answers); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
 SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
 ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
 EXIT_ENGINE_DIED = 3
