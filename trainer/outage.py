@@ -39,6 +39,7 @@ class OutageWatch:
         where = f"the sandbox at {urls}" if urls else "the in-process sandbox executor (env.sandbox_url empty)"
         check = f"check that it answers (curl {urls.split(',')[0].strip()}/v1/ping) or restart it" if urls else \
             "check the machine's processes and memory"
-        return (f"{where} failed tool calls in {self.failing} consecutive steps (step {step}: {errors:g} episodes, "
+        steps = f"{self.failing} consecutive steps" if self.failing > 1 else "a step"
+        return (f"{where} failed tool calls in {steps} (step {step}: {errors:g} episodes, "
                 f"left out of the loss); the checkpoint of step {step} is kept: {check}, then rerun with --resume "
                 f"(env.sandbox_max_failing_steps=0 never stops)")
