@@ -80,7 +80,7 @@ def _problem_kwargs(e: Any) -> dict:
 
 def _tir_kwargs(e: Any) -> dict:
     return {"style": e.style, "max_turns": e.max_turns, "sandbox_url": e.sandbox_url or None,
-            "run_timeout_s": e.run_timeout_s, **_problem_kwargs(e)}
+            "sandbox_retry_s": e.sandbox_retry_s, "run_timeout_s": e.run_timeout_s, **_problem_kwargs(e)}
 
 
 _HOUSEHOLD = dict(agent_class=HouseholdAgent, system_prompt=lambda style: HOUSEHOLD_SYSTEM_PROMPT,

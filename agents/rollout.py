@@ -5,6 +5,10 @@ appended with mask 1 and their engine log-probs; the decoded turn text goes to `
 tokenized once and appended with mask 0 and log-prob 0.0, capped at `max_obs_tokens` on token ids. Model output
 is never decoded and re-encoded into the trajectory. With `RolloutLimits.mask_void_turns`, an episode that ended
 on a void turn (no code, no answer) gets loss_mask 0 everywhere: as in SimpleTIR, such a trajectory teaches nothing.
+An episode whose tool call the sandbox could not run (`info["sandbox_error"]` from the env: status SandboxError once
+the client's retries are spent, docs/sandbox.md) ends at that turn with reward 0 and is masked the same way, always:
+an outage is not a policy outcome. Both keep their reward-0 place in their group's advantage statistics, as void
+turns always have; only their tokens leave the loss. `info["sandbox_error"]` stays True for the episode.
 
 One driver (`_drive`) for every engine: a turn's request goes to `engine.submit`; each request's future hands its
 sampled turn to `pool` for the env step as soon as it resolves; the driver thread absorbs finished steps and posts
@@ -120,10 +124,9 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
     finally:
         if own_pool:
             pool.shutdown()
-    if limits.mask_void_turns:
-        for traj in trajs:
-            if traj.info["void_turn"]:
-                _mask_out(traj)
+    for traj in trajs:
+        if traj.info.get("sandbox_error") or (limits.mask_void_turns and traj.info["void_turn"]):
+            _mask_out(traj)
     return trajs
 
 
@@ -238,9 +241,14 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
     the response budget and the engine's context have room for; an episode that filled either ends truncated."""
     agent, limits = episode.agent, episode.limits
     obs, reward, terminated, truncated, info = step
-    for key in ("won", "void_turn", "num_tool_calls", "sandbox_error", "invalid_actions", "extracted_answer"):
+    for key in ("won", "void_turn", "num_tool_calls", "invalid_actions", "extracted_answer"):
         if key in info:
             traj.info[key] = info[key]
+    if info.get("sandbox_error"):  # the sandbox could not run a tool call: end here, run_episodes masks it out
+        traj.info["sandbox_error"] = True
+        traj.reward = 0.0
+        traj.info["truncated"] = bool(truncated)
+        return False
     if terminated or truncated:
         traj.reward = float(reward)
         traj.info["truncated"] = bool(truncated)

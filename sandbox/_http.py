@@ -60,11 +60,23 @@ class Endpoints:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """attempts: total tries. Delay before try k (k ≥ 1): min(max_s, base_s·2^(k-1)) × U(0.5, 1.5)."""
+    """attempts: total tries. Delay before try k (k ≥ 1): min(max_s, base_s·2^(k-1)) × U(0.5, 1.5).
+
+    budget_s: None = `attempts` tries; a number = keep retrying (however many tries) while the time since the first
+    try plus the next delay stays within budget_s seconds (0: one try). One try can itself take up to its HTTP
+    timeout, so a call may end up to one request timeout past the budget.
+    """
 
     attempts: int = 5
     base_s: float = 0.05
     max_s: float = 2.0
+    budget_s: float | None = None
+
+    def again(self, attempt: int, elapsed_s: float, delay_s: float) -> bool:
+        """Whether to make try `attempt + 1` after `elapsed_s` seconds and a `delay_s` wait."""
+        if self.budget_s is None:
+            return attempt < self.attempts
+        return elapsed_s + delay_s <= self.budget_s
 
     def delay(self, attempt: int, retry_after: str | None = None) -> float:
         backoff = min(self.max_s, self.base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)

@@ -6,8 +6,10 @@ The env only sees the CodeRunner protocol (`run(code, *, timeout_s, memory_limit
 switching paths never changes env code. `AsyncSandboxClient` is the asyncio twin with the same methods.
 
 Behaviour: endpoints are used round-robin; one that refuses connections is skipped for 5 s. Connection errors,
-429, 5xx and SandboxError answers are retried with jittered exponential backoff (honouring Retry-After);
-Failed / TimeLimitExceeded results are answers and never retried. At most `max_in_flight` requests per client are
+429, 5xx and SandboxError answers are retried with jittered exponential backoff (honouring Retry-After), each
+try on the next live endpoint, for 5 tries or, with `RetryPolicy.budget_s` (`make_runner(url, retry_s=...)`, the
+config's `env.sandbox_retry_s`), for that many seconds; Failed / TimeLimitExceeded results are answers (the
+program's own outcome) and never retried. At most `max_in_flight` requests per client are
 in flight. Nothing raises for sandbox trouble: after the last retry the result is ``status="SandboxError"``.
 Stateless runs go through SandboxFusion's ``POST /run_code``, so this client also works against SandboxFusion.
 
@@ -60,11 +62,14 @@ __all__ = ["AsyncSandboxClient", "CodeRunner", "ExecutionResult", "HttpSession",
 HTTP_OVERHEAD_S = 10.0  # HTTP timeout = run timeout + this (queueing, transfer), as verl does
 
 
-def make_runner(url: str | None = None) -> CodeRunner:
-    """None/"" → in-process LocalExecutor; one URL or a comma-separated list → SandboxClient."""
+def make_runner(url: str | None = None, *, retry_s: float | None = None) -> CodeRunner:
+    """None/"" → in-process LocalExecutor; one URL or a comma-separated list → SandboxClient.
+
+    retry_s: the client's retry budget per call (`RetryPolicy.budget_s`; None: its 5 tries); the local path ignores it.
+    """
     if not url:
         return LocalExecutor()
-    return SandboxClient(url)
+    return SandboxClient(url, retry=None if retry_s is None else RetryPolicy(budget_s=retry_s))
 
 
 class SandboxAuthError(RuntimeError):
@@ -137,8 +142,9 @@ class SandboxClient(_Base):
     def request(self, method: str, path: str, *, json=None, timeout_s: float = 3.0, url: str | None = None,
                 idempotent: bool = True, transient=None) -> tuple[httpx.Response | None, str]:
         """One logical call with retries; returns (final response or None, last error text)."""
-        last = "no attempt made"
-        for attempt in range(1, self.retry.attempts + 1):
+        started, attempt = time.monotonic(), 0
+        while True:
+            attempt += 1
             base = url or self.endpoints.pick()
             resp = exc = None
             try:
@@ -149,9 +155,11 @@ class SandboxClient(_Base):
             again, error, retry_after = self._classify(base, resp, exc, idempotent, transient)
             if not again:
                 return (resp, "") if resp is not None else (None, error)
-            last = error
-            if attempt < self.retry.attempts:
-                time.sleep(self.retry.delay(attempt, retry_after))
+            delay = self.retry.delay(attempt, retry_after)
+            if not self.retry.again(attempt, time.monotonic() - started, delay):
+                break
+            time.sleep(delay)
+        last = f"{error} ({attempt} tries in {time.monotonic() - started:.1f} s)"
         return (resp if resp is not None and resp.status_code == 200 else None), last
 
     def run(self, code: str, *, timeout_s: float = 3.0, memory_limit_mb: int = 1024,
@@ -227,8 +235,9 @@ class AsyncSandboxClient(_Base):
 
     async def request(self, method: str, path: str, *, json=None, timeout_s: float = 3.0, url: str | None = None,
                       idempotent: bool = True, transient=None) -> tuple[httpx.Response | None, str]:
-        last = "no attempt made"
-        for attempt in range(1, self.retry.attempts + 1):
+        started, attempt = time.monotonic(), 0
+        while True:
+            attempt += 1
             base = url or self.endpoints.pick()
             resp = exc = None
             try:
@@ -239,9 +248,11 @@ class AsyncSandboxClient(_Base):
             again, error, retry_after = self._classify(base, resp, exc, idempotent, transient)
             if not again:
                 return (resp, "") if resp is not None else (None, error)
-            last = error
-            if attempt < self.retry.attempts:
-                await asyncio.sleep(self.retry.delay(attempt, retry_after))
+            delay = self.retry.delay(attempt, retry_after)
+            if not self.retry.again(attempt, time.monotonic() - started, delay):
+                break
+            await asyncio.sleep(delay)
+        last = f"{error} ({attempt} tries in {time.monotonic() - started:.1f} s)"
         return (resp if resp is not None and resp.status_code == 200 else None), last
 
     async def run(self, code: str, *, timeout_s: float = 3.0, memory_limit_mb: int = 1024,

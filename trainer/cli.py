@@ -28,7 +28,9 @@ EPILOG = """overrides: dotted key=value pairs after the options, e.g.
 Show every key with its default and meaning: alprl train --help-config
 
 exit status: 0 done; 2 a bad config key or value, a missing file or server, a full disk while saving a
-checkpoint, or (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+checkpoint, or (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference
+engine's process died; 4 the sandbox failed tool calls in env.sandbox_max_failing_steps consecutive steps (the
+last step's checkpoint is kept: --resume once it answers); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
 SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
 ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
 EXIT_ENGINE_DIED = 3
@@ -272,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     from agents.engines.base import EngineDied
     from envs.adapters import AdapterUnavailable
     from trainer.checkpoint import DiskFullError
+    from trainer.outage import EXIT_SANDBOX_DOWN, SandboxOutage
 
     try:
         return run_command(args, cfg)
@@ -283,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     except EngineDied as exc:  # its message names the process and exit code; a traceback would add nothing
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_ENGINE_DIED
+    except SandboxOutage as exc:  # one line: the URL(s), the step whose checkpoint is kept, what to do
+        print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX_DOWN
 
 
 STOP_TIMEOUT_S = 30.0

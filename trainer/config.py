@@ -80,6 +80,13 @@ class EnvConfig:
     env.dataset_fields.question=my_q env.dataset_fields.answer=my_a; empty: the layout's columns."""
     sandbox_url: str = ""
     """Sandbox endpoint(s), comma separated. Empty: in-process executor."""
+    sandbox_retry_s: float = 10.0
+    """With sandbox_url: seconds one tool call keeps retrying infrastructure errors (connection refused or reset,
+    the service's own timeouts, HTTP 5xx, 429) across the URLs, with jittered backoff of at most 2 s, before it
+    comes back SandboxError and its episode is left out of the loss (docs/sandbox.md). 0: one try."""
+    sandbox_max_failing_steps: int = 3
+    """Stop the run (exit status 4, a checkpoint of the last step kept) after this many consecutive steps with an
+    episode whose tool call came back SandboxError (rollout/sandbox_errors > 0). 0: never stop."""
     run_timeout_s: float = 3.0
     """Wall-clock limit per code execution."""
     mask_void_turns: bool = True

@@ -42,6 +42,7 @@ from trainer.logger import MetricLogger
 from trainer.metrics import mean_of, rollout_metrics
 from trainer.mismatch_metrics import mismatch_diagnostics
 from trainer.objective import prepare_corrections
+from trainer.outage import OutageWatch, SandboxOutage
 from trainer.policy_drift import policy_drift
 from trainer.progress import progress_bar
 from trainer.ratio_diagnostics import diag_suffixes
@@ -270,6 +271,7 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb,
                           config=to_dict(cfg) | {"run_meta": run_meta}) if main else None
     results, rollouts = [], None
+    watch = OutageWatch(cfg.env.sandbox_max_failing_steps, cfg.env.sandbox_url)
     try:
         if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
             at_start = evaluate(c, cfg, 0)
@@ -287,10 +289,13 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                 if logger:
                     logger.log(step, result.metrics)
                 results.append(result)
-                if step % cfg.save_every == 0 or step == cfg.steps:
+                outage = watch.after_step(step, result.metrics)  # the same on every rank: metrics are the mean
+                if step % cfg.save_every == 0 or step == cfg.steps or outage:
                     save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer,
                                     extra=extra_state(c, algos, rollouts), run_config=cfg, run_meta=run_meta, ctx=ctx)
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
+                if outage:  # trainer/outage.py: the sandbox kept failing; --resume continues from this step
+                    raise SandboxOutage(outage)
     finally:
         if rollouts is not None:  # before the engine closes
             rollouts.close()

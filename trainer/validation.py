@@ -77,6 +77,8 @@ RANGES: tuple[Check, ...] = (
     ("env.max_turns", ">= 1", lambda v: v >= 1),
     ("env.difficulty", f"0 (all) or one of {DIFFICULTIES}", lambda v: v == 0 or v in DIFFICULTIES),
     ("env.run_timeout_s", "> 0", lambda v: v > 0),
+    ("env.sandbox_retry_s", ">= 0 (0: one try)", lambda v: v >= 0),  # sandbox._http.RetryPolicy.budget_s
+    ("env.sandbox_max_failing_steps", ">= 0 (0: never stop)", lambda v: v >= 0),  # trainer/loop.py
     ("env.expert_epsilon", "a probability in [0, 1]", lambda v: 0 <= v <= 1),
     ("env.expert_wrong_option_p", "a probability in [0, 1]", lambda v: 0 <= v <= 1),
     ("env.num_products", ">= 1", lambda v: v >= 1),

@@ -64,7 +64,9 @@ class TIRMathEnv(gym.Env):
     ## Info
     Every step: `admissible_commands` ([]), `won`, `task_score` (0/1), `task_id`, `task_type`, `difficulty`,
     `step` (turns so far), `invalid_action` (void or after-end step), `void_turn`, `num_tool_calls`,
-    `tool_statuses` (Success|Failed|TimeLimitExceeded|SandboxError per call), `sandbox_error` (this step),
+    `tool_statuses` (Success|Failed|TimeLimitExceeded|SandboxError per call), `sandbox_error` (this step's call
+    came back SandboxError: the sandbox could not run it, which says nothing about the policy; the rollout ends
+    and masks such an episode, agents/rollout.py),
     `extracted_answer` (the policy's last boxed answer, "" if none); `replay_failed` in replay mode;
     `expert_plan` (the code turn of the scripted solver; [] for a dataset problem, which has none) when
     `expert=True`. The gold answer never appears. A dataset problem's `task_type` is its source (benchmark or
@@ -76,6 +78,8 @@ class TIRMathEnv(gym.Env):
     - `max_turns`: assistant turns per episode (SimpleTIR: 5 train, 10 eval).
     - `runner`: a `sandbox.types.CodeRunner`; None builds one with `sandbox.client.make_runner(sandbox_url)`.
     - `sandbox_url`: None = in-process `LocalExecutor`, else the HTTP sandbox.
+    - `sandbox_retry_s`: seconds an HTTP tool call retries infrastructure errors across the URLs before its
+      result is a SandboxError (None: the client's default 5 tries).
     - `exec_mode`: "stateless" (fresh process per block) | "replay" (earlier successful blocks re-run first).
     - `run_timeout_s`, `memory_limit_mb`: per-call sandbox limits (SimpleTIR: 3 s, 1024 MB).
     - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.TASK_TYPES` or None (all);
@@ -94,6 +98,7 @@ class TIRMathEnv(gym.Env):
 
     def __init__(self, style: str = "simpletir", split: str = "train", max_turns: int = 5,
                  runner: CodeRunner | None = None, sandbox_url: str | None = None, exec_mode: str = "stateless",
+                 sandbox_retry_s: float | None = None,
                  run_timeout_s: float = 3.0, memory_limit_mb: int = 1024, difficulty: int | None = None,
                  task_types: Sequence[str] | None = None, expert: bool = False, render_mode: str | None = None,
                  dataset: str = "", eval_dataset: str = "", dataset_format: str = "", dataset_split_field: str = "",
@@ -117,7 +122,8 @@ class TIRMathEnv(gym.Env):
         self.observation_space = spaces.Text(OBS_MAX_CHARS, min_length=0, charset=CHARSET)
         self.action_space = spaces.Text(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
         self._owns_runner = runner is None
-        self._runner: CodeRunner | None = runner if runner is not None else make_runner(sandbox_url)
+        self._runner: CodeRunner | None = runner if runner is not None else \
+            make_runner(sandbox_url, retry_s=sandbox_retry_s)
         self._task: TIRTask | None = None
         self._start_episode(None)
 

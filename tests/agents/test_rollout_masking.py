@@ -1,6 +1,7 @@
 """Void-turn masking happens in the rollout (agents/rollout.py, `RolloutLimits.mask_void_turns`): an episode that
 ended on a void turn (no code, no answer) trains on none of its tokens, as in SimpleTIR; other episodes keep their
-masks. Real parts: the transformers engine, the TIR env with the in-process sandbox, the untrained tiny model
+masks. An episode whose tool call the sandbox could not run ends there and is masked whatever the setting. Real
+parts: the transformers engine, the TIR env with the in-process sandbox, the untrained tiny model
 (its turns are gibberish, so its episodes end on a void turn) and the scripted "tool caller" (conftest.py).
 """
 
@@ -18,8 +19,8 @@ from agents.tir_agent import TIRAgent
 LIMITS = RolloutLimits(48, 200, 32)
 
 
-def _play(model, tok, limits, greedy=False):
-    envs_ = [gym.make("alprl/TIRMath-v0", task_types=["multiply"], max_turns=3) for _ in range(4)]
+def _play(model, tok, limits, greedy=False, **env_kwargs):
+    envs_ = [gym.make("alprl/TIRMath-v0", task_types=["multiply"], max_turns=3, **env_kwargs) for _ in range(4)]
     specs = [EpisodeSpec(seed=g, options={"split": "train", "index": 1500 + g}, group_id=g) for g in range(4)]
     try:
         return run_episodes(HFEngine(model, tok, dtype="float32"), TIRAgent(tok), envs_, specs, limits, seed=7,
@@ -47,3 +48,12 @@ def test_episodes_that_end_with_an_answer_keep_their_mask(tool_caller):
     assert all(not t.info["void_turn"] and t.info["num_tool_calls"] == 1 for t in masked)
     assert [t.loss_mask for t in masked] == [t.loss_mask for t in plain]
     assert all(sum(t.loss_mask) > 0 and "loss_masked" not in t.info for t in masked)
+
+
+def test_episodes_that_hit_a_dead_sandbox_end_there_and_train_on_nothing(tool_caller):
+    model, tok = tool_caller
+    dead = _play(model, tok, LIMITS, greedy=True, sandbox_url="http://127.0.0.1:1", sandbox_retry_s=0.1)
+    for t in dead:  # mask_void_turns is off: the outage alone masks them
+        assert t.info["sandbox_error"] and t.info["loss_masked"] and t.reward == 0.0
+        assert t.info["turns"] == 1 and t.info["num_tool_calls"] == 1  # no second turn after the failed call
+        assert t.loss_mask == [0] * len(t.response_ids) and sum(t.rollout_logprobs) == 0.0
