@@ -273,14 +273,16 @@ def main(argv: list[str] | None = None) -> int:
         return _print_plan(args.command, plan) if plan is not None else 0
     from agents.engines.base import EngineDied
     from envs.adapters import AdapterUnavailable
+    from sandbox.client import SandboxAuthError
     from trainer.checkpoint import DiskFullError
     from trainer.outage import EXIT_SANDBOX_DOWN, SandboxOutage
 
     try:
         return run_command(args, cfg)
-    except (AdapterUnavailable, ConfigError, FileNotFoundError, DiskFullError) as exc:  # an adapter without
-        # its package, data or server; a warm start built for another config; a model.path, config or checkpoint
-        # that is not there; a checkpoint or metrics record that did not fit on its disk (with the free space)
+    except (AdapterUnavailable, ConfigError, FileNotFoundError, DiskFullError, SandboxAuthError) as exc:  # an
+        # adapter without its package, data or server; a warm start built for another config; a model.path, config
+        # or checkpoint that is not there; a checkpoint or metrics record that did not fit on its disk (with the
+        # free space); a sandbox that refuses this process's API key (it names the URL and the fix)
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except EngineDied as exc:  # its message names the process and exit code; a traceback would add nothing
