@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from sandbox.client import SandboxAuthError
 from sandbox.types import CodeRunner, ExecutionResult
 
 EXEC_MODES = ("stateless", "replay")
@@ -26,9 +27,13 @@ REPLAY_MARKER = "__alprl_replay_done__"
 
 
 def run_safely(runner: CodeRunner, code: str, *, timeout_s: float, memory_limit_mb: int) -> ExecutionResult:
-    """`runner.run`, with any exception of the runner itself turned into a SandboxError result."""
+    """`runner.run`, with any exception of the runner itself turned into a SandboxError result, but for a refused
+    API key: that is the run's configuration, not one tool call's failure, so it ends the rollout (and the CLI
+    prints it in one line)."""
     try:
         return runner.run(code, timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
+    except SandboxAuthError:
+        raise
     except Exception as exc:  # the env must never raise because the sandbox (client) failed
         return ExecutionResult("SandboxError", stderr=f"{type(exc).__name__}: {exc}")
 

@@ -78,3 +78,16 @@ def test_an_outage_is_masked_counted_stops_the_run_and_resume_continues(tmp_path
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
     assert records[-1]["rollout/sandbox_errors"] == 0.0
     assert records[-1]["rollout/tool_calls"] > 0  # the episodes did reach the sandbox again
+
+
+def test_a_sandbox_that_refuses_the_key_ends_the_run_in_one_line(tmp_path, sft_dir):
+    # the service requires SANDBOX_API_KEY and this trainer has none: no retries, no traceback, exit 2
+    with start_server(workers=1, uid_base=uid_base() - 100, preload_heavy="", api_key="the-right-key") as srv:
+        overrides = [*SMALL, f"sft.output_dir={sft_dir}", f"output_dir={tmp_path}", "steps=1",
+                     f"env.sandbox_url={srv.url}"]
+        env = {k: v for k, v in os.environ.items() if k != "SANDBOX_API_KEY"}
+        proc = subprocess.run([sys.executable, "-m", "trainer.cli", "train", "--no-progress", *overrides],
+                              capture_output=True, text=True, timeout=300, env=env)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1 and srv.url.split("//")[1] in lines[0] and "key" in lines[0].lower()
