@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
+from agents.perturbation import decoder_layers
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
 
@@ -187,12 +188,6 @@ def close_distributed(ctx: DistContext) -> None:
         dist.destroy_process_group()
 
 
-def decoder_blocks(model: nn.Module) -> nn.ModuleList:
-    from agents.perturbation import decoder_layers
-
-    return decoder_layers(model)
-
-
 def shard_policy(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Module:
     """FSDP2 over each decoder layer, then the root (embeddings, final norm, LM head), in place; with
     `distributed.activation_checkpointing` each layer recomputes its activations in backward."""
@@ -207,7 +202,7 @@ def shard_policy(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Mod
     bf16 = cfg.distributed.mixed_precision == "bf16"
     # bf16 compute, fp32 master weights (the sharded parameters) and fp32 gradient reductions
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32)
-    for layer in decoder_blocks(model):
+    for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     for module in model.modules():  # each fully_shard unit keeps its own reduction settings
