@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # break `import transformers` ("operator torchvision::nms does not exist"), so they are removed again.
 TORCH_CPU_PIN ?= torch==2.13.0
 
-.PHONY: demo test browser bench lint venv clean
+.PHONY: demo test browser docker-engine sandbox-image docker-test bench lint venv clean
 
 venv: $(STAMP)
 
@@ -35,7 +35,19 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || \
 	  echo "chromium not installed: the report browser test will be skipped"
 
-test: $(STAMP) browser
+# The Docker tests need an engine; start one where we can (root + apt: Debian's docker.io), else they skip.
+docker-engine:
+	@bash sandbox/docker_engine.sh
+
+# The sandbox image, built without a registry or network inside the build (sandbox/build_image.sh).
+sandbox-image:
+	bash sandbox/build_image.sh
+
+# The compose stack for real: image, `compose up`, abuse cases, load, restart, replicas, `compose down`.
+docker-test: $(STAMP) docker-engine
+	$(BIN)/python -m pytest -q tests/docker tests/sandbox/test_docker_backend.py
+
+test: $(STAMP) browser docker-engine
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -339,6 +339,7 @@ def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[
     if uid is not None:
         drop_privileges(uid)
     apply_rlimits(limits, nproc=uid is not None)
+    os.umask(0o077)  # files a run leaves in a shared /tmp (no mount layer) stay unreadable to other slots
     os.chdir(workdir)
     env = clean_environ(workdir)
     for key in set(os.environ) - set(env):  # the zygote's environment is already whitelisted: usually none

@@ -1,6 +1,7 @@
 """`alprl-sandbox` command line (also reached as `alprl sandbox ...` and `python -m sandbox.cli`).
 
     alprl-sandbox serve [--host H] [--port P] [--workers N] [--layers L] [--log-level LEVEL]
+    alprl-sandbox gateway [--listen HOST:PORT] [--target HOST:PORT]
 
 Every other setting comes from SANDBOX_* environment variables (listed by `alprl-sandbox serve --help`).
 On start it prints one line ``alprl-sandbox listening on http://H:P`` to stdout (with the real port when
@@ -35,7 +36,34 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="concurrent executions (default: number of CPUs)")
     serve.add_argument("--layers", help="isolation layers: auto, none, or a list like uid,net,pid,mount")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="server log level")
+    gateway = sub.add_parser("gateway", help="forward a published port to the service on an internal network",
+                             description="TCP forwarder used by docker-compose.yml: the sandbox container has no "
+                             "route out, so the gateway (on both networks) publishes its port.")
+    gateway.add_argument("--listen", default="0.0.0.0:8080", help="address to accept on (default 0.0.0.0:8080)")
+    gateway.add_argument("--target", default="sandbox:8080",
+                         help="service to forward to, resolved per connection (default sandbox:8080)")
     return parser
+
+
+def gateway(listen: str, target: str) -> int:
+    import asyncio
+
+    from sandbox.gateway import parse_address, run_gateway
+
+    try:
+        where, to = parse_address(listen, what="--listen"), parse_address(target, what="--target")
+    except ValueError as exc:
+        print(f"alprl-sandbox gateway: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level="WARNING", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(run_gateway(where, to))
+    except OSError as exc:
+        print(f"alprl-sandbox gateway: cannot listen on {listen}: {exc.strerror}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 def serve(settings: Settings) -> int:
@@ -66,6 +94,8 @@ def serve(settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "gateway":
+        return gateway(args.listen, args.target)
     try:
         settings = Settings.from_env(host=args.host, port=args.port, workers=args.workers, layers=args.layers,
                                      log_level=args.log_level)

@@ -43,7 +43,7 @@ class DockerUnavailable(RuntimeError):
 
 def hardening(settings: Settings, memory_mb: int, *, tmpfs_mb: int = 64) -> dict:
     """docker SDK `containers.create` keyword arguments shared with docker-compose.yml's hardening keys."""
-    from docker.types import Ulimit
+    from docker.types import Mount, Ulimit
 
     return {
         "network_mode": "none", "read_only": True, "init": True, "user": "65534:65534",
@@ -55,6 +55,9 @@ def hardening(settings: Settings, memory_mb: int, *, tmpfs_mb: int = 64) -> dict
                     Ulimit(name="core", soft=0, hard=0),
                     Ulimit(name="fsize", soft=settings.max_file_mb << 20, hard=settings.max_file_mb << 20)],
         "environment": clean_environ(WORKDIR), "working_dir": "/tmp",
+        # the root is read-only, so the payload goes into a per-run anonymous volume (root-owned, 0755: the run
+        # reads it and cannot write there), removed with the container
+        "mounts": [Mount("/opt/run", None, type="volume")],
     }
 
 
@@ -64,11 +67,8 @@ def _payload_tar(req: RunRequest) -> bytes:
     stdin = req.stdin.encode() if isinstance(req.stdin, str) else req.stdin
     payload = json.dumps({"code": req.code, "files": {p: base64.b64encode(d).decode() for p, d in req.files.items()}})
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:  # extracted under /opt (exists in Debian-based images)
-        folder = tarfile.TarInfo("run")
-        folder.type, folder.mode = tarfile.DIRTYPE, 0o755
-        tar.addfile(folder)
-        for name, data in (("run/payload.json", payload.encode()), ("run/stdin", stdin)):
+    with tarfile.open(fileobj=buf, mode="w") as tar:  # extracted into the /opt/run volume
+        for name, data in (("payload.json", payload.encode()), ("stdin", stdin)):
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o444
             tar.addfile(info, io.BytesIO(data))
@@ -100,10 +100,10 @@ class DockerBackend:
                 self.settings.docker_image, ["python", "-u", "-c", BOOTSTRAP],
                 **hardening(self.settings, limits.memory_mb))
             try:
-                container.put_archive("/opt", _payload_tar(req))
+                container.put_archive("/opt/run", _payload_tar(req))
                 return self._supervise(container, limits.timeout_s, req.max_output_bytes)
             finally:
-                container.remove(force=True)
+                container.remove(force=True, v=True)
 
     def _supervise(self, container, timeout_s: float, cap: int | None) -> ExecutionResult:
         cap = cap or self.settings.max_output_bytes

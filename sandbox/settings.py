@@ -72,7 +72,7 @@ class Settings:
     session_ttl_s: float = _f(600.0, "idle time after which a session is deleted")
     session_cpu_s: int = _f(600, "CPU seconds a session interpreter may use in total")
     backend: str = _f("process", "'process' (zygotes, default) or 'docker' (one hardened container per run)")
-    docker_image: str = _f("python:3.11-slim", "image for the docker backend")
+    docker_image: str = _f("alprl/sandbox:latest", "image for the docker backend (make sandbox-image builds it)")
     allow_unsafe: bool = _f(False, "start even with neither a uid switch nor namespaces", "ALPRL_SANDBOX_ALLOW_UNSAFE")
     api_key: str = _f("", "callers must send 'Authorization: Bearer <key>' (a comma list: one key per caller); empty = "
                       "no auth. Environment only, never a flag: a command line is readable by every local user",

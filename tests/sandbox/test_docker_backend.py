@@ -41,7 +41,7 @@ def test_payload_and_bootstrap_reproduce_the_run_locally(tmp_path):
     req = RunRequest("import sys\nprint(open('d/in.txt').read(), sys.stdin.read())", files={"d/in.txt": b"file"},
                      stdin="input")
     with tarfile.open(fileobj=io.BytesIO(_payload_tar(req))) as tar:
-        tar.extractall(tmp_path, filter="data")
+        tar.extractall(tmp_path / "run", filter="data")
     payload = json.loads((tmp_path / "run" / "payload.json").read_text())
     assert payload["code"] == req.code
     script = BOOTSTRAP.replace("/opt/run", str(tmp_path / "run")).replace("/tmp/run", str(tmp_path / "work"))
@@ -55,6 +55,10 @@ def test_docker_backend_runs_code_when_an_engine_is_reachable():
         backend = DockerBackend(Settings(backend="docker", workers=1))
     except DockerUnavailable as exc:
         pytest.skip(f"no Docker engine reachable here: {exc}")
+    image = backend.settings.docker_image
+    if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
+        backend.close()
+        pytest.skip(f"image {image} is missing: `make sandbox-image` builds it (tests/docker does, earlier in the run)")
     try:
         assert backend.run(RunRequest("print(6*7)")).stdout == "42\n"
         assert backend.run(RunRequest("while True: pass", timeout_s=1)).status == "TimeLimitExceeded"
