@@ -4,8 +4,8 @@ WebShop keeps the lower-cased text of every title token spaCy tags NOUN or PROPN
 alprl's titles are Title Case ("Brand Attribute Words Head", "Brand Head - Attr, Attr", "Brand Head with Attr"),
 and on Title Case spaCy tags nearly every open-class word a proper noun: brands, attribute words ("Machine",
 "Washable", "Free") and the head alike. The rule: split the title into runs of letters and digits (spaCy splits
-"T-Shirt" into "T", "-", "Shirt" and commas off words), drop the closed-class words spaCy keeps as
-prepositions, conjunctions, particles and determiners, and keep the rest, in order and with repeats (WebShop
+"T-Shirt" into "T", "-", "Shirt" and commas off words), drop numbers and the closed-class words spaCy keeps
+as prepositions, conjunctions, particles and determiners, and keep the rest, in order and with repeats (WebShop
 divides by the length of the goal's list, not of its set). No lemmatization: "Pillow" and "Pillows" differ.
 
 Approximated: spaCy's tagger is statistical and tags a few Title Case words by context (e.g. "Charging" or a
@@ -26,4 +26,4 @@ _WORD = re.compile(r"[A-Za-z0-9]+")
 def title_nouns(title: str) -> list[str]:
     """The lower-cased noun tokens of `title` (see the module docstring), repeats kept."""
     words = (w.lower() for w in _WORD.findall(title))
-    return [w for w in words if w not in CLOSED_CLASS]
+    return [w for w in words if w not in CLOSED_CLASS and not w.isdigit()]  # spaCy tags "12" NUM
