@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from envs.splits import derive_seed
 
-from .reward import COLOR_WORDS, normalize_color
+from .matching import COLOR_WORDS, normalize_color
 from .search import BM25Index, tokenize
 from .taxonomy import BENEFITS, CATEGORIES, PRAISE, TYPES, ProductType
 
@@ -30,8 +30,7 @@ class Product:
     """One catalog item (WebShop fields; `title` is WebShop's name/Title).
 
     price: the realized price in dollars; price_text: "$x.xx" or "$a to $b" (range containing the price);
-    options: group -> values (groups sorted by name, values lower-case); type_nouns: nouns of the title used by
-    the type reward; type_key: the taxonomy type."""
+    options: group -> values (groups sorted by name, values lower-case); type_key: the taxonomy type."""
 
     asin: str
     title: str
@@ -44,7 +43,6 @@ class Product:
     attributes: tuple[str, ...]
     bullets: tuple[str, ...]
     description: str
-    type_nouns: tuple[str, ...]
     type_key: str
 
     @property
@@ -96,8 +94,8 @@ def _title(rng: random.Random, brand: str, head: str, attrs: list[str]) -> str:
 
 
 def _options(rng: random.Random, t: ProductType, text: str) -> dict[str, tuple[str, ...]]:
-    """2-5 values per group; values whose normalized form occurs in the product text are dropped (the reward's
-    substring fallback would otherwise credit a wrong choice), and a group left with < 2 values is dropped."""
+    """2-5 values per group; values whose normalized form occurs in the product text are dropped (WebShop's
+    earlier option reward credited a value found in the text), and a group left with < 2 values is dropped."""
     out: dict[str, tuple[str, ...]] = {}
     for group in sorted(t.options):
         pool = t.options[group]
@@ -132,7 +130,7 @@ def _product(rng: random.Random, t: ProductType, brand: str, asin: str) -> Produ
     return Product(
         asin=asin, title=title, query=t.query, category=t.category, product_category=" › ".join(t.path),
         price=price, price_text=price_text, options=_options(rng, t, text), attributes=tuple(attrs),
-        bullets=tuple(bullets), description=description, type_nouns=t.nouns, type_key=t.key,
+        bullets=tuple(bullets), description=description, type_key=t.key,
     )
 
 

@@ -38,7 +38,10 @@ class WebShopEnv(gym.Env[str, str]):
 
     ## Reward
     0.0 until `click[buy now]`; then WebShop's score in [0, 1] (attributes, options, price, type factor; see
-    envs/webshop/reward.py). `won` iff the score is exactly 1.0; `task_score` is the score.
+    envs/webshop/reward.py): options match fuzzily in every group, "synthetic" goals' options as WebShop's
+    dict goals ((group, value) pairs), "human" ones as bare values; the type factor compares title nouns by a
+    Title Case rule standing in for spaCy (docs/architecture.md). `won` iff the score is exactly 1.0;
+    `task_score` is the score.
 
     ## Episode End
     `terminated=True` on purchase; `truncated=True` after `max_steps` (15) steps without one. Steps after the end

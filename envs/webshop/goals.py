@@ -4,7 +4,8 @@ A goal = a target product, 1-3 of its attributes, one value for every option gro
 `price_upper`: of the multiples of 10 in [10, 990] strictly above the price, keep the first four; if at least two
 remain, sample two and keep the larger, else price_upper = 1e6 and no price text. The generator resamples a goal
 (bounded retries) unless the expert's query `"{type query} {goal attributes}"` ranks the target in the top 50
-and buying it with the goal options scores exactly 1.0.
+and buying it with the goal options scores exactly 1.0 under the reward (reward.py), so a goal whose option
+the fuzzy match cannot credit even for the target (goal "peppermint" in synthetic goals) is never drawn.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ HUMAN_TEMPLATES = (
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Goal:
-    """A shopping goal (WebShop goal dict fields). target: index of the target product in the catalog;
-    expert_query: the query the expert searches; type_nouns: nouns of the goal name (the target's)."""
+    """A shopping goal (WebShop goal dict fields). name: the target's title; target: index of the target product
+    in the catalog; expert_query: the query the expert searches; options_as_pairs: the reward scores the goal
+    options as (group, value) pairs, as WebShop does for its synthetic goals (a dict) and not for its human
+    goals (a list of values); see reward.py."""
 
     asin: str
     category: str
@@ -42,9 +45,9 @@ class Goal:
     attributes: tuple[str, ...]
     price_upper: float
     goal_options: dict[str, str]
-    type_nouns: tuple[str, ...]
     target: int
     expert_query: str
+    options_as_pairs: bool
 
 
 def _and(words: list[str]) -> str:
@@ -78,8 +81,8 @@ def _draft(rng: random.Random, catalog: Catalog, idx: int, style: str) -> Goal:
     return Goal(
         asin=p.asin, category=p.category, query=p.query, name=p.title, product_category=p.product_category,
         instruction_text=instruction(style, rng, p.query, attrs, options, price_upper), attributes=tuple(attrs),
-        price_upper=price_upper, goal_options=options, type_nouns=p.type_nouns, target=idx,
-        expert_query=f"{p.query} {' '.join(attrs)}",
+        price_upper=price_upper, goal_options=options, target=idx,
+        expert_query=f"{p.query} {' '.join(attrs)}", options_as_pairs=style == "synthetic",
     )
 
 

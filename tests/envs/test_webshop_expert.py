@@ -13,6 +13,8 @@ from envs.webshop import WebShopEnv, expert_action
 from envs.webshop.catalog import get_catalog
 from envs.webshop.expert import reader_step
 from envs.webshop.goals import PRICE_RANGE, instruction_query, sample_goal
+from envs.webshop.nouns import title_nouns
+from envs.webshop.reward import option_matches
 from envs.webshop.search import tokenize
 from envs.webshop.session import Shop
 
@@ -54,15 +56,22 @@ def test_expert_action_oracle_recovers_and_imperfect_errs():
     while (action := expert_action(env)) is not None:
         *_, info = env.step(action)
     assert info["won"]
-    wrong_scores = []
+    wrong_scores, credited_anyway = [], 0
     for k in range(60):
         env.reset(options={"task_id": k, "split": "valid"})
-        if not env.shop.goal.goal_options:
+        goal = env.shop.goal
+        if not goal.goal_options:
             continue
         while (action := expert_action(env, rng, wrong_option_p=1.0)) is not None:
             *_, info = env.step(action)
-        wrong_scores.append(info["task_score"])
-    assert wrong_scores and max(wrong_scores) < 1.0  # every option wrong: never a full score
+        assert all(env.state.selected[g] != v for g, v in goal.goal_options.items())
+        # every option wrong: a full score only where WebShop's fuzzy match credits each wrong value anyway
+        if option_matches(goal.goal_options, dict(env.state.selected), goal.options_as_pairs) == len(goal.goal_options):
+            credited_anyway += 1
+        else:
+            wrong_scores.append(info["task_score"])
+    assert wrong_scores and max(wrong_scores) < 1.0
+    assert credited_anyway < len(wrong_scores) / 4  # measured 1 of 59 ('set of 4' credits goal 'set of 2')
     gen = np.random.default_rng(0)
     scores = []
     for k in range(100):
@@ -105,7 +114,23 @@ def test_reader_wins_without_knowing_the_target():
     for k in range(300):
         env.reset(options={"task_id": k})
         wins.append(_play_reader(env, _blind(env.shop))["won"])
-    assert np.mean(wins) >= 0.93  # measured 0.965 over 1,000 train goals; the rest lack a fitting product
+    assert np.mean(wins) >= 0.92  # measured 0.935 over 1,000 train goals; the rest lack a fitting product
+
+
+def test_reader_buying_another_product_whose_title_shares_no_noun_loses():
+    """Same type, options and price (the reader checks those), but WebShop's type factor reads the titles:
+    'Bed Pillows' shares no noun with 'Hypoallergenic Pillow', so r_type = 0 and the purchase scores 0."""
+    env = WebShopEnv(max_steps=40)
+    strangers = []
+    for k in range(300):
+        env.reset(options={"task_id": k})
+        info = _play_reader(env, _blind(env.shop))
+        goal, bought = env.shop.goal, env.catalog.products[env.state.item]
+        if env.state.item != goal.target and not set(title_nouns(bought.title)) & set(title_nouns(goal.name)):
+            strangers.append((k, bought.query == goal.query, bought.title, goal.name))
+            assert info["task_score"] == 0.0 and not info["won"], strangers[-1]
+    same_type = [x for x in strangers if x[1]]
+    assert len(same_type) >= 3, strangers  # measured 8 of 300 ('Xaorijo Bed Pillows ...' for 'Milu ... Pillow')
 
 
 def test_reader_searches_the_instructions_words_as_written():

@@ -13,7 +13,8 @@ from rapidfuzz import fuzz
 
 from envs.webshop.catalog import Product, get_catalog
 from envs.webshop.goals import Goal
-from envs.webshop.reward import fuzzy, get_reward, normalize_color, text_nouns, type_reward
+from envs.webshop.matching import fuzzy_match, normalize_color, normalize_goal_option, token_set_ratio
+from envs.webshop.reward import get_reward, option_matches, type_reward
 from envs.webshop.search import BM25Index, tokenize
 from envs.webshop.taxonomy import TYPES
 
@@ -23,13 +24,14 @@ P = Product(
     category="electronics", product_category=CAT, price=45.0, price_text="$45.00",
     options={"color": ("black", "white"), "size": ("large", "x-large"), "style": ("travel", "studio")},
     attributes=("noise cancelling", "long battery life"), bullets=("Foldable design for travel.",),
-    description="A thoughtful gift for friends.", type_nouns=("headphones",), type_key="headphones",
+    description="A thoughtful gift for friends.", type_key="headphones",
 )
 G = Goal(
     asin=P.asin, category="electronics", query="wireless headphones", name=P.title, product_category=CAT,
     instruction_text="", attributes=("noise cancelling", "long battery life"), price_upper=50.0,
-    goal_options={"color": "black", "size": "large"}, type_nouns=("headphones",), target=0, expert_query="",
+    goal_options={"color": "black", "size": "large"}, target=0, expert_query="", options_as_pairs=True,
 )
+BARE = replace(G, options_as_pairs=False)  # a WebShop human goal: options are a list of values
 
 
 def score(purchased=P, goal=G, price=45.0, **options):
@@ -42,12 +44,63 @@ def test_reward_arithmetic_on_hand_built_pairs():
     assert score(color="white", size="large")[0] == pytest.approx(0.8)  # (2 + 1 + 1) / 5: wrong color
     assert score(color="black", size="large", price=55.0)[0] == pytest.approx(0.8)  # (2 + 2 + 0) / 5
     assert score()[0] == pytest.approx(0.6)  # no option chosen: (2 + 0 + 1) / 5
-    # size needs an exact match although the fuzzy score of "x-large" vs "large" is 100 (token subset)
-    assert fuzzy("x-large", "large") == 100
-    assert score(color="black", size="x-large")[0] == pytest.approx(0.8)  # (2 + 1 + 1) / 5
-    # an unmatched option still counts when it is a substring of the product text ("travel" is in a bullet)
+
+
+def test_token_set_ratio_is_thefuzz():
+    # scores thefuzz 0.22.1 gives (fuzz.token_set_ratio, default arguments): processed, rounded to an int
+    thefuzz_scores = {
+        ("x-large", "large"): 100, ("7.5", "7"): 100, ("set of 6", "set of 4"): 88, ("pack of 12", "pack of 24"): 90,
+        ("12 fl oz", "8 fl oz"): 83, ("Noise-Cancelling!", "noise cancelling"): 100,
+        ("x-large", ("size", "large")): 83, ("large", ("size", "x-large")): 100, ("7.5", ("size", "7")): 50,
+        ("6", ("size", "6.5")): 100, ("set of 6", ("size", "set of 4")): 86, ("pack of 24", ("size", "pack of 12")): 82,
+        ("mint", ("flavor", "peppermint")): 38, ("xx-large", ("size", "x-large")): 77,
+        ("café", "cafe"): 86, ("Crème Brûlée", "creme brulee"): 86, ("naïve—fit", "naive fit"): 94,  # 128-255 dropped
+    }
+    for (a, b), expected in thefuzz_scores.items():
+        assert token_set_ratio(a, b) == expected, (a, b)
+    assert fuzz.token_set_ratio("set of 6", "set of 4") == pytest.approx(87.5)  # rapidfuzz alone: unrounded
+    assert fuzz.token_set_ratio("Noise-Cancelling!", "noise cancelling") < 100  # and unprocessed
+    assert fuzzy_match("set of 6", ("size", "set of 4")) and not fuzzy_match("x-large", ("size", "large"))
+
+
+def test_bare_goal_options_match_fuzzily_in_every_group_size_included():
+    # WebShop human goals: the goal's option values, compared with the selected values as they are
+    assert score(goal=BARE, color="black", size="x-large")[0] == 1.0  # 'x-large' vs 'large': 100 > 85
+    assert option_matches({"size": "7"}, {"size": "7.5"}, as_pairs=False) == 1  # '7 5' holds every token of '7'
+    assert option_matches({"size": "set of 4"}, {"size": "set of 6"}, as_pairs=False) == 1  # 88 > 85
+    assert option_matches({"size": "8 fl oz"}, {"size": "12 fl oz"}, as_pairs=False) == 0  # 83
+    assert option_matches({"color": "royal blue"}, {"color": "navy blue"}, as_pairs=False) == 1  # both 'blue'
+    # a value from another group credits too: WebShop compares each goal value with every selected value
+    assert option_matches({"style": "large"}, {"size": "large"}, as_pairs=False) == 1
+
+
+def test_pair_goal_options_bring_the_group_name_into_the_comparison():
+    # WebShop synthetic goals: dict options, scored through .items(): ('size', 'large') is compared as a pair
+    assert normalize_color("navy blue") == "blue" and normalize_color("unscented") == "unscented"
+    assert normalize_goal_option("size", "large") == ("size", "large")
+    assert normalize_goal_option("color", "black") == "black"  # `in` on the pair: only an exact colour word
+    assert normalize_goal_option("color", "navy blue") == ("color", "navy blue")
+    assert score(color="black", size="x-large")[0] == pytest.approx(0.8)  # 83: not credited
+    assert option_matches({"size": "x-large"}, {"size": "large"}, as_pairs=True) == 1  # 100: the other way round
+    assert option_matches({"size": "7"}, {"size": "7.5"}, as_pairs=True) == 0  # 50
+    assert option_matches({"size": "6.5"}, {"size": "6"}, as_pairs=True) == 1  # 100
+    assert option_matches({"size": "set of 4"}, {"size": "set of 6"}, as_pairs=True) == 1  # 86
+    assert option_matches({"size": "pack of 12"}, {"size": "pack of 24"}, as_pairs=True) == 0  # 82 (bare: 90)
+    # the selected 'peppermint' normalizes to 'mint', the goal pair does not: never matched, even by itself
+    assert option_matches({"flavor": "peppermint"}, {"flavor": "peppermint"}, as_pairs=True) == 0
+    assert option_matches({"flavor": "peppermint"}, {"flavor": "peppermint"}, as_pairs=False) == 1
+    assert option_matches({"color": "navy blue"}, {"color": "light blue"}, as_pairs=True) == 1  # 'blue' in the pair
+
+
+def test_options_have_no_text_fallback():
+    # 'travel' is in a bullet point; WebShop's earlier reward credited it, the fuzzy-only one does not
     goal = replace(G, goal_options={"color": "black", "style": "studio"})
-    assert score(goal=goal, color="black", style="travel")[0] == 1.0  # (2 + 2 + 1) / 5
+    assert score(goal=goal, color="black", style="travel")[0] == pytest.approx(0.8)  # (2 + 1 + 1) / 5
+    assert score(goal=replace(goal, options_as_pairs=False), color="black", style="travel")[0] == pytest.approx(0.8)
+    # options selected beyond the goal's groups earn nothing: the loop runs over the goal's options
+    goal = replace(G, attributes=("noise cancelling",), goal_options={"color": "black"})
+    value, parts = score(goal=goal, color="black", style="travel")
+    assert value == 1.0 and parts["raw_score"] == 1.0 and parts["n_opt"] == 1  # (1 + 1 + 1) / 3
 
 
 def test_attribute_matching_fuzzy_then_substring():
@@ -58,53 +111,64 @@ def test_attribute_matching_fuzzy_then_substring():
 
 
 def test_type_reward_factors():
-    speaker = replace(P, query="bluetooth speaker", type_nouns=("speaker",),
+    speaker = replace(P, title="Zorb Portable Speaker", query="bluetooth speaker",
                       product_category="Electronics › Portable Audio › Bluetooth Speakers")
-    # one shared category level, no shared noun: title_score 0 -> r_type 0 -> score 0
-    assert type_reward(speaker, G)["r_type"] == 0.0 and score(speaker, G, color="black")[0] == 0.0
-    assert type_reward(replace(speaker, type_nouns=("headphones", "case")), G)["r_type"] == 1.0  # title 1/1
-    five = replace(G, type_nouns=("headphones", "earbuds", "set", "kit", "pack"))
+    # goal nouns [acme, noise, cancelling, wireless, headphones]; one shared category level
+    assert type_reward(speaker, G)["r_type"] == 0.0 and score(speaker, G, color="black")[0] == 0.0  # no noun shared
+    assert type_reward(replace(speaker, title="Acme Noise Cancelling Wireless Case"), G)["r_type"] == 1.0  # 4/5
     # title_score 1/5 = 0.2 is not > 0.2, no query or category match -> 0.5 (and 0.2 is not < 0.1)
-    assert type_reward(replace(speaker, type_nouns=("headphones",)), five)["r_type"] == 0.5
-    assert score(replace(speaker, type_nouns=("headphones",)), five, color="black", size="large")[0] == 0.5
-    twelve = replace(G, type_nouns=tuple(f"n{c}" for c in "abcdefghijk") + ("headphones",))
-    assert type_reward(replace(speaker, type_nouns=("headphones",)), twelve)["r_type"] == 0.1  # 1/12 < 0.1
+    one_of_five = replace(speaker, title="Zorb Wireless Speaker")
+    assert type_reward(one_of_five, G)["title_score"] == pytest.approx(0.2)
+    assert type_reward(one_of_five, G)["r_type"] == 0.5
+    assert score(one_of_five, G, color="black", size="large")[0] == 0.5
+    twelve = replace(G, name="Acme " + " ".join(f"N{c}" for c in "abcdefghijk"))
+    assert type_reward(replace(speaker, title="Acme Speaker"), twelve)["r_type"] == 0.1  # 1/12 < 0.1
     # same two category levels -> category match keeps 1.0 at title_score 0.2
-    same_cat = replace(speaker, product_category=CAT, type_nouns=("headphones",))
-    assert type_reward(same_cat, five)["r_type"] == 1.0
-    nameless = replace(G, type_nouns=(), name="")  # no goal nouns -> title_score 0.2
+    assert type_reward(replace(one_of_five, product_category=CAT), G)["r_type"] == 1.0
+    nameless = replace(G, name="with and for")  # no goal nouns -> title_score 0.2
     parts = type_reward(speaker, nameless)
     assert parts["title_score"] == 0.2 and parts["r_type"] == 0.5
 
 
-def test_score_clamped_when_goal_omits_a_group():
-    goal = replace(G, attributes=("noise cancelling",), goal_options={"color": "black"})
-    value, parts = score(goal=goal, color="black", style="travel")
-    # n_attr 1 + n_opt 2 (black; travel by substring) + r_price 1 over 1 + 1 + 1 -> 4/3, clamped to 1
-    assert value == 1.0 and parts["raw_score"] == pytest.approx(4 / 3)
+def test_title_nouns_count_every_title_case_word_and_no_lemmas():
+    pillow = replace(P, title="Dralu Pillow with Cooling Gel", query="bed pillows",
+                     product_category="Home & Kitchen › Bedding › Bed Pillows")
+    pillows = replace(G, name="Galnemar Hypoallergenic Bed Pillows", query="bed pillows",
+                      product_category=pillow.product_category)
+    # same product type (the query and category match), but 'pillow' is not 'pillows': no noun shared -> 0
+    assert type_reward(pillow, pillows)["title_score"] == 0.0 and type_reward(pillow, pillows)["r_type"] == 0.0
+    # attribute words in Title Case are nouns too: 'machine' and 'washable' shared with a bath towel
+    towel = replace(P, title="Ulyo Bath Towels - Machine Washable, Quick Dry", query="cotton bath towels",
+                    product_category="Home & Kitchen › Bath › Bath Towels")
+    bins = replace(G, name="Marne Storage Bins - Machine Washable, Foldable", query="fabric storage bins",
+                   product_category="Home & Kitchen › Storage & Organization › Storage Bins")
+    parts = type_reward(towel, bins)  # goal nouns [marne, storage, bins, machine, washable, foldable]: 2 of 6
+    assert parts["title_score"] == pytest.approx(2 / 6) and parts["r_type"] == 1.0
+    assert type_reward(replace(towel, title="Ulyo Bath Towels - Quick Dry, Machine Washable"), bins)["r_type"] == 1.0
+    assert type_reward(replace(towel, title="Ulyo Bath Towels - Quick Dry, Soft Cotton"), bins)["r_type"] == 0.0
+    # repeats count in the goal's list: [over, ear, headphones, headphones] -> 1 shared noun over 4
+    twice = replace(G, name="Over-Ear Headphones Headphones")
+    assert type_reward(replace(P, title="Zorb Headphones"), twice)["title_score"] == pytest.approx(1 / 4)
 
 
-def test_normalize_color_fuzzy_and_nouns():
-    assert normalize_color("navy blue") == "blue" and normalize_color("light grey") == "grey"
-    assert normalize_color("unscented") == "unscented"
-    goal = replace(G, goal_options={"color": "royal blue", "size": "large"})
-    assert score(goal=goal, color="navy blue", size="large")[0] == 1.0  # both sides normalize to "blue"
-    assert fuzzy("Noise-Cancelling!", "noise cancelling") == 100
-    assert fuzz.token_set_ratio("Noise-Cancelling!", "noise cancelling") < 100  # rapidfuzz >= 3: no preprocessing
-    assert text_nouns("i need a Long-Lasting lipstick for dry lips", frozenset({"long", "lasting"})) == [
-        "lipstick", "dry", "lips"]
-
-
-def test_taxonomy_options_are_distinguishable_by_the_reward():
+def test_option_values_the_reward_confuses_are_the_ones_pinned():
+    """Within a type no value appears twice; the fuzzy match still lets some values of a size group credit each
+    other (as in WebShop's own catalog), and never a value of another group."""
+    bare, pairs = set(), set()
     for t in TYPES:
         values = [(g, v) for g, vs in t.options.items() for v in vs]
         assert len({v for _, v in values}) == len(values), f"{t.key}: a value appears twice"
-        for (g, v), (_, u) in itertools.permutations(values, 2):
-            nv, nu = normalize_color(v), normalize_color(u)
-            if g == "size":
-                assert nv != nu, (t.key, v, u)
-            else:
-                assert fuzzy(nu, nv) <= 85, (t.key, v, u, fuzzy(nu, nv))
+        for (g, want), (h, chosen) in itertools.permutations(values, 2):
+            if fuzzy_match(normalize_color(chosen), normalize_color(want)):
+                bare.add((g, h, want, chosen))
+            if fuzzy_match(normalize_color(chosen), normalize_goal_option(g, want)):
+                pairs.add((g, h, want, chosen))
+    assert {(g, h) for g, h, _, _ in bare | pairs} == {("size", "size")}
+    assert ("size", "size", "large", "x-large") in bare and ("size", "size", "7", "7.5") in bare
+    assert ("size", "size", "set of 4", "set of 6") in bare and ("size", "size", "set of 4", "set of 6") in pairs
+    assert ("size", "size", "x-large", "large") in pairs and ("size", "size", "large", "x-large") not in pairs
+    assert len(bare) == 56 and len(pairs) == 23  # distinct (goal value, selected value) pairs over all types
+    assert pairs < bare
 
 
 def test_catalog_text_is_clean_and_cached():
