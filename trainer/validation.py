@@ -15,9 +15,10 @@ whose single line joins every violation with "; ", each naming the key, the valu
 - Numeric ranges are those the consumers raise on (or divide by), plus bounds the field docstrings state.
   A field is checked even when its feature is off: a bad value is a typo waiting for the day it is switched on.
 - Cross-field rules: a loss's required aggregation, GiGPO's multi-turn env, QUATRO's δ, SPrPO's fixed per-layer
-  σ, correction bounds, the response budget against a configured context, mini-batches against the rollout batch, what the
-  transformers engine cannot do, the sampler's fake quantization and policy lag (a group needs a format; a
-  lag excludes MIPU's screening), and what asynchronous rollouts exclude (a lag, MIPU, sleep mode, many ranks).
+  σ, correction bounds, the response budget against a configured context, mini-batches against the rollout
+  batch, what the transformers engine cannot do, the sampler's fake quantization and policy lag (a group needs
+  a format; a lag excludes MIPU's screening), and what asynchronous rollouts exclude (a lag, MIPU, sleep mode,
+  many ranks).
   Fake-quantization formats are those of `trainer/sampler_mismatch.py`'s parser.
 - Dataset files (`env.dataset`, `env.eval_dataset`): only on an env that serves them, loaded here (once per
   process, so the run reuses them) so that a missing or malformed file is the loader's one line; `eval_tasks` is
