@@ -169,8 +169,9 @@ class _Episode:
         return self.agent.decode(res.token_ids)
 
     def act(self, env: gym.Env, traj: Trajectory, res: GenerationResult, state: str) -> tuple:
-        """Take the sampled turn (acting on the state keyed `state`) and step the env with it. A turn with no tokens means the context was full (the
-        engine's `max_model_len`): the episode ends truncated instead of stepping the env with an empty action."""
+        """Take the sampled turn (acting on the state keyed `state`) and step the env with it. A turn with no
+        tokens means the context was full (the engine's `max_model_len`): the episode ends truncated instead of
+        stepping the env with an empty action."""
         if not res.token_ids and res.finish_reason == "length":
             traj.info["context_exhausted"] = True
             return "", 0.0, False, True, {}
