@@ -61,6 +61,8 @@ class EnvEntry:
     """Task types `env.task_types` may restrict the env to; empty: the env has none."""
     datasets: bool = False
     """The env serves math problems from files (`env.dataset`, `env.eval_dataset`; `envs/tir/problems.py`)."""
+    multi_turn: bool = True
+    """An episode can take several turns (step-level advantages such as GiGPO's need more than one step)."""
 
     def make_agent(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir") -> Agent:
         return self.agent_class(tokenizer, style=style) if self.styled else self.agent_class(tokenizer)
@@ -93,7 +95,7 @@ ENTRIES: tuple[EnvEntry, ...] = (
              styled=True, expert=play_tir_expert, task_types=tuple(TIR_TASK_TYPES), datasets=True),
     # one turn, no tool: no SFT expert (start from a model: model.path, e.g. a TIR warm start or Qwen2.5-Math)
     EnvEntry("alprl/Math-v0", "math", SingleTurnMathAgent, _problem_kwargs, lambda style: SINGLE_TURN_SYSTEM_PROMPT,
-             task_types=tuple(TIR_TASK_TYPES), datasets=True),
+             task_types=tuple(TIR_TASK_TYPES), datasets=True, multi_turn=False),
     EnvEntry("alprl/Household-v0", "household",
              env_kwargs=lambda e: {"task_types": e.task_types or None} | _step_limit(e),
              expert=play_household_expert, task_types=tuple(HOUSEHOLD_TASK_TYPES), **_HOUSEHOLD),

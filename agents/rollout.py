@@ -3,7 +3,9 @@
 Each turn of an episode: its context (prompt + response so far) goes to the engine; the sampled tokens are
 appended with mask 1 and their engine log-probs; the decoded turn text goes to `env.step`; the observation is
 tokenized once and appended with mask 0 and log-prob 0.0, capped at `max_obs_tokens` on token ids. Model output
-is never decoded and re-encoded into the trajectory. With `RolloutLimits.mask_void_turns`, an episode that ended
+is never decoded and re-encoded into the trajectory. Each turn also records its span of response positions and
+the state key (`agents.trajectory.state_key`) of the full observation it acted on, before any cap, for step-level
+advantages. With `RolloutLimits.mask_void_turns`, an episode that ended
 on a void turn (no code, no answer) gets loss_mask 0 everywhere: as in SimpleTIR, such a trajectory teaches nothing.
 An episode whose tool call the sandbox could not run (`info["sandbox_error"]` from the env: status SandboxError once
 the client's retries are spent, docs/sandbox.md) ends at that turn with reward 0 and is masked the same way, always:
@@ -45,7 +47,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 
 from agents.engines.base import Engine, GenerationRequest, GenerationResult
-from agents.trajectory import Trajectory
+from agents.trajectory import Trajectory, state_key
 from envs.splits import derive_seed
 
 
@@ -86,15 +88,18 @@ class EpisodeSpec:
     group_id: int
 
 
-def _reset_all(envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec], agent: Agent) -> list[Trajectory]:
-    trajs = []
+def _reset_all(envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec],
+               agent: Agent) -> tuple[list[Trajectory], list[str]]:
+    """The episodes' empty trajectories and the state keys of their first observations."""
+    trajs, states = [], []
     for env, spec in zip(envs, specs, strict=True):
         obs, info = env.reset(seed=spec.seed, options=spec.options)
+        states.append(state_key(obs))
         trajs.append(Trajectory(prompt_ids=agent.prompt_ids(obs, info), group_id=spec.group_id,
                                 task_id=str(info.get("task_id", "")),
                                 info={"task_type": info.get("task_type", ""), "turns": 0, "won": False,
                                       "truncated": False, "void_turn": False, "num_tool_calls": 0}))
-    return trajs
+    return trajs, states
 
 
 def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec],
@@ -112,7 +117,7 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
     if len(envs) < len(specs):
         raise ValueError(f"run_episodes: {len(specs)} episodes need as many envs, got {len(envs)}")
     envs = list(envs)[: len(specs)]
-    trajs = _reset_all(envs, specs, agent)
+    trajs, states = _reset_all(envs, specs, agent)
     overlap = engine.overlap_episodes if overlap is None else overlap
     if overlap and not engine.concurrent_callers:
         raise ValueError(f"run_episodes: overlap=True needs an engine that takes concurrent callers; "
@@ -120,7 +125,7 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
     own_pool = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=8)
     try:
-        _drive(_Episode(engine, agent, limits, greedy, seed, pool, first_index), envs, trajs, overlap)
+        _drive(_Episode(engine, agent, limits, greedy, seed, pool, first_index), envs, trajs, states, overlap)
     finally:
         if own_pool:
             pool.shutdown()
@@ -158,18 +163,19 @@ class _Episode:
         return GenerationRequest(traj.prompt_ids + traj.response_ids, min(self.limits.max_new_tokens, budget),
                                  self.agent.stop_strings(traj.info["num_tool_calls"]))
 
-    def take_turn(self, traj: Trajectory, res: GenerationResult) -> str:
-        traj.append(res.token_ids, res.logprobs)
+    def take_turn(self, traj: Trajectory, res: GenerationResult, state: str) -> str:
+        traj.append_turn(res.token_ids, res.logprobs, state)
         traj.info["turns"] += 1
         return self.agent.decode(res.token_ids)
 
-    def act(self, env: gym.Env, traj: Trajectory, res: GenerationResult) -> tuple:
-        """Take the sampled turn and step the env with it. A turn with no tokens means the context was full (the
-        engine's `max_model_len`): the episode ends truncated instead of stepping the env with an empty action."""
+    def act(self, env: gym.Env, traj: Trajectory, res: GenerationResult, state: str) -> tuple:
+        """Take the sampled turn (acting on the state keyed `state`) and step the env with it. A turn with no
+        tokens means the context was full (the engine's `max_model_len`): the episode ends truncated instead of
+        stepping the env with an empty action."""
         if not res.token_ids and res.finish_reason == "length":
             traj.info["context_exhausted"] = True
             return "", 0.0, False, True, {}
-        return env.step(self.take_turn(traj, res))
+        return env.step(self.take_turn(traj, res, state))
 
     def timed_out(self, traj: Trajectory) -> bool:
         if self.deadline is None or time.monotonic() < self.deadline:
@@ -186,17 +192,19 @@ class _Episode:
         return [episode_seed(self.seed, self.first_index + i, t) for i, t in zip(indices, turns, strict=True)]
 
 
-def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], overlap: bool) -> None:
+def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], states: list[str],
+           overlap: bool) -> None:
     """Run every episode to its end. Events arrive in this one thread: a sampled turn goes straight from the
     engine's future to the env-step pool, and a finished env step comes back here to be absorbed. Overlapped, the
     episodes whose steps ended meanwhile post their next turns at once (one call); turn by turn, they wait until
-    no episode has a turn in flight, then all post in one call."""
+    no episode has a turn in flight, then all post in one call. `states[i]`: the key of the observation episode i's
+    next turn acts on (its first observation, then each step's)."""
     done: queue.SimpleQueue = queue.SimpleQueue()  # (episode index, env step or None, error or None)
     turns = [0] * len(trajs)
 
     def step_after(i: int, sampled: Future) -> None:  # runs in the env-step pool
         try:
-            done.put((i, episode.act(envs[i], trajs[i], sampled.result()), None))
+            done.put((i, episode.act(envs[i], trajs[i], sampled.result(), states[i]), None))
         except BaseException as err:
             done.put((i, None, err))
 
@@ -233,6 +241,7 @@ def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], over
             turns[i] += 1
             in_flight -= 1
             if _absorb(trajs[i], step, episode):
+                states[i] = state_key(step[0])
                 waiting.append(i)
 
 

@@ -24,6 +24,12 @@ class Trajectory:
     reward:           scalar outcome reward of the episode.
     group_id:         trajectories sharing a task (GRPO group) share this id.
     info:             plain-Python episode facts (won, turns, void_turn, truncated, tool calls, ...).
+
+    Per turn, aligned over the N turns the policy took (step-level credit, e.g. GiGPO's anchor states):
+    turn_spans:       (N,) [start, end) response positions of turn n's sampled tokens (the observation that
+                      follows lies outside it).
+    turn_states:      (N,) `state_key` of the observation turn n acted on: the env's first observation for n = 0,
+                      the observation step n − 1 returned after it. Equal keys within a group are the same state.
     """
 
     prompt_ids: list[int]
@@ -34,6 +40,8 @@ class Trajectory:
     group_id: int = 0
     task_id: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    turn_states: list[str] = field(default_factory=list)
 
     def append(self, token_ids: list[int], logprobs: list[float] | None) -> None:
         """Append sampled tokens (with their log-probs) or, with `logprobs=None`, observation tokens."""
@@ -47,6 +55,19 @@ class Trajectory:
             self.loss_mask.extend([1] * len(token_ids))
             self.rollout_logprobs.extend(float(x) for x in logprobs)
 
+    def append_turn(self, token_ids: list[int], logprobs: list[float], state: str) -> None:
+        """Append one sampled turn and record its span and the state key it acted on."""
+        start = len(self.response_ids)
+        self.append(token_ids, logprobs)
+        self.turn_spans.append((start, len(self.response_ids)))
+        self.turn_states.append(state)
+
     @property
     def num_sampled_tokens(self) -> int:
         return sum(self.loss_mask)
+
+
+def state_key(observation: str) -> str:
+    """The key of an env observation as a state: its text with whitespace runs collapsed (the envs render a state
+    deterministically, so equal states give equal text; layout whitespace is not part of the state)."""
+    return " ".join(observation.split())

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import torch
 
+ADVANTAGE_ESTIMATORS = ("grpo", "gigpo")
+"""`algo.advantage`: episode-level group advantages (here) or GiGPO's episode + step levels (trainer/gigpo.py)."""
+
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, norm_by_std: bool = True,
                      leave_one_out: bool = False, eps: float = 1e-6) -> tuple[torch.Tensor, dict[str, float]]:

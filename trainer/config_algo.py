@@ -30,6 +30,16 @@ class AlgoConfig:
     """GRPO: divide group-centred rewards by the group std (false = Dr.GRPO)."""
     adv_leave_one_out: bool = False
     """RLOO baseline: subtract the mean of the other group members."""
+    advantage: str = "grpo"
+    """Advantage estimator: grpo (the episode's group advantage on every sampled token) | gigpo (plus ω times a
+    step-level advantage over anchor states, per turn: trainer/gigpo.py; multi-turn envs only). Both take the
+    episode level's adv_norm_by_std / adv_leave_one_out."""
+    gigpo_gamma: float = 0.95
+    """GiGPO γ: discount of the step returns R_t = Σ_{k≥t} γ^{k−t} r_k (outcome reward only: γ^{N−1−t}·R)."""
+    gigpo_step_weight: float = 1.0
+    """GiGPO ω: weight of the step-level advantage added to the episode-level one."""
+    gigpo_step_norm: str = "mean_std_norm"
+    """GiGPO step groups: mean_std_norm (centre, divide by the std) | mean_norm (centre only)."""
     entropy_coef: float = 0.0
     """β_H: weight of the entropy bonus (entropy is always logged)."""
     dynamic_sampling: bool = False

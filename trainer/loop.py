@@ -38,6 +38,7 @@ from trainer.components import Components, build_components, make_envs
 from trainer.config import TrainConfig, to_dict
 from trainer.dapo import collect_dynamic, overlong_shaping
 from trainer.distributed import DistContext, close_distributed, init_distributed, rank_share
+from trainer.gigpo import gigpo_token_advantages
 from trainer.logger import MetricLogger
 from trainer.metrics import mean_of, rollout_metrics
 from trainer.mismatch_metrics import mismatch_diagnostics
@@ -91,8 +92,12 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
     return run(specs, seed), {}
 
 
-def compute_advantages(batch: Batch, cfg: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
-    """GRPO group advantages broadcast over the sampled tokens, (B, T)."""
+def compute_advantages(batch: Batch, cfg: TrainConfig,
+                       trajs: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
+    """Advantages over the sampled tokens, (B, T): GRPO's group advantage per episode, or with
+    `algo.advantage=gigpo` GiGPO's per turn (trainer/gigpo.py, which reads the trajectories' turns)."""
+    if cfg.algo.advantage == "gigpo":
+        return gigpo_token_advantages(batch, cfg.algo, trajs)
     adv, metrics = group_advantages(batch.rewards, batch.group_ids, norm_by_std=cfg.algo.adv_norm_by_std,
                                     leave_one_out=cfg.algo.adv_leave_one_out)
     return broadcast_advantages(adv, batch.loss_mask), metrics
@@ -165,7 +170,7 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
         if cfg.algo.kl_in_reward:
             batch.rewards, kl_metrics = kl_reward_penalty(cfg.algo, batch)
             metrics |= kl_metrics
-    batch.advantages, adv_metrics = compute_advantages(batch, cfg)
+    batch.advantages, adv_metrics = compute_advantages(batch, cfg, trajs)
     metrics |= adv_metrics
     batch.corr_weights, batch.corr_keep, corr_metrics = prepare_corrections(
         cfg.algo, batch, batch_sum=c.dist.all_reduce_sum if c.dist.enabled else None)

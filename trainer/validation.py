@@ -5,7 +5,8 @@ every caller of `build_config` sees the same rules. It checks the whole tree and
 whose single line joins every violation with "; ", each naming the key, the value and what is allowed.
 
 - Enumerated values are checked against the registry that consumes them, never a copy of its names: policy
-  losses, aggregations, required aggregations and ratio levels (`trainer/losses.py`), corrections and MIS
+  losses, aggregations, required aggregations and ratio levels (`trainer/losses.py`), advantage estimators
+  (`trainer/advantages.py`) and GiGPO's step normalizations (`trainer/gigpo.py`), corrections and MIS
   semantics (`trainer/corrections.py`), engines and schedules (`agents/engines/__init__.py`), rollout dtypes
   (the engines' dtype tables), env ids and which envs take an action projection (`agents/env_families.py`),
   TIR styles and difficulties, each env's task types (its own constant), action projections, perturbation
@@ -13,10 +14,11 @@ whose single line joins every violation with "; ", each naming the key, the valu
   orders, which have no constant there.
 - Numeric ranges are those the consumers raise on (or divide by), plus bounds the field docstrings state.
   A field is checked even when its feature is off: a bad value is a typo waiting for the day it is switched on.
-- Cross-field rules: a loss's required aggregation, QUATRO's δ, SPrPO's fixed per-layer σ, correction bounds,
-  the response budget against a configured context, mini-batches against the rollout batch, what the
-  transformers engine cannot do, the sampler's fake quantization and policy lag (a group needs a format; a
-  lag excludes MIPU's screening), and what asynchronous rollouts exclude (a lag, MIPU, sleep mode, many ranks).
+- Cross-field rules: a loss's required aggregation, GiGPO's multi-turn env, QUATRO's δ, SPrPO's fixed per-layer
+  σ, correction bounds, the response budget against a configured context, mini-batches against the rollout
+  batch, what the transformers engine cannot do, the sampler's fake quantization and policy lag (a group needs
+  a format; a lag excludes MIPU's screening), and what asynchronous rollouts exclude (a lag, MIPU, sleep mode,
+  many ranks).
   Fake-quantization formats are those of `trainer/sampler_mismatch.py`'s parser.
 - Dataset files (`env.dataset`, `env.eval_dataset`): only on an env that serves them, loaded here (once per
   process, so the run reuses them) so that a missing or malformed file is the loader's one line; `eval_tasks` is
@@ -52,9 +54,11 @@ from envs.datasets import LAYOUT_NAMES, DatasetError
 from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
+from trainer.advantages import ADVANTAGE_ESTIMATORS
 from trainer.async_rollouts import STALENESS_POLICIES
 from trainer.corrections import CORR_LEVELS, CORRECTIONS, MIS_SEMANTICS
 from trainer.errors import ConfigError
+from trainer.gigpo import STEP_NORMS
 from trainer.losses import AGG_MODES, KL_KINDS, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
 from trainer.rejection import parse_rs
 from trainer.sampler_mismatch import parse_sampler_quant
@@ -107,6 +111,8 @@ RANGES: tuple[Check, ...] = (
     ("algo.clip_high", "> 0", lambda v: v > 0),
     ("algo.clip_dual", "> 1 (dual-clip constant c)", lambda v: v > 1),  # trainer/losses.py dual_clip_surrogate
     ("algo.loss_agg_norm_len", ">= 0 (0: rollout.max_response_tokens)", lambda v: v >= 0),
+    ("algo.gigpo_gamma", "a discount in [0, 1]", lambda v: 0 <= v <= 1),
+    ("algo.gigpo_step_weight", ">= 0 (0: episode level only)", lambda v: v >= 0),
     ("algo.corr_upper", "> 0", lambda v: v > 0),
     ("algo.corr_lower", "null or >= 0",
      lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v >= 0)),
@@ -172,6 +178,8 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("algo.kl_type", a.kl_type, KL_KINDS, "a KL estimator"),
             *_choice("algo.corr_level", a.corr_level, CORR_LEVELS, "a correction level"),
             *_choice("algo.mis_semantics", a.mis_semantics, MIS_SEMANTICS, "an MIS semantics"),
+            *_choice("algo.advantage", a.advantage, ADVANTAGE_ESTIMATORS, "an advantage estimator"),
+            *_choice("algo.gigpo_step_norm", a.gigpo_step_norm, STEP_NORMS, "a GiGPO step normalization"),
             *_choice("rollout.engine", r.engine, ENGINE_KINDS, "a rollout engine"),
             *_choice("rollout.schedule", r.schedule, list(SCHEDULES), "a rollout schedule"),
             *_choice("rollout.staleness_policy", r.staleness_policy, list(STALENESS_POLICIES), "a staleness policy"),
@@ -270,6 +278,10 @@ def _algo_rules(cfg: Any) -> list[str]:
     if a.policy_loss == "quatro" and not a.quatro_delta > 0:
         out.append(f"algo.quatro_delta={a.quatro_delta!r}: policy loss 'quatro' needs the KL budget δ > 0 "
                    "(e.g. 0.02)")
+    entry = ENV_FAMILIES.get(cfg.env.id)
+    if a.advantage == "gigpo" and entry is not None and not entry.multi_turn:
+        out.append(f"algo.advantage='gigpo' needs a multi-turn env; {cfg.env.id} takes one turn per episode, so "
+                   "every step group would be the episode group itself: use algo.advantage=grpo (algorithm=grpo)")
     if not a.quatro_lambda_min < a.quatro_lambda_max:
         out.append(f"algo.quatro_lambda_max={a.quatro_lambda_max!r} must exceed algo.quatro_lambda_min="
                    f"{a.quatro_lambda_min!r}")

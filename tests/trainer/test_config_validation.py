@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from shipped_configs import data_overrides, shipped_configs
 
+from agents.env_families import env_entry
 from trainer.cli import main
 from trainer.config import ConfigError, algorithm_presets, build_config
 from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
@@ -182,9 +183,13 @@ def test_every_shipped_config_passes_with_every_preset(tmp_path):
     assert files
     for path in [None, *files]:
         data = data_overrides(path, tmp_path) if path else []
-        build_config(path, data)
+        multi_turn = env_entry(build_config(path, data).env.id).multi_turn
         for preset in algorithm_presets():
-            build_config(path, [f"algorithm={preset}", *data])
+            if preset == "gigpo" and not multi_turn:  # step-level advantages need steps: refused, one line
+                with pytest.raises(ConfigError, match="algo.advantage='gigpo' needs a multi-turn env"):
+                    build_config(path, [f"algorithm={preset}", *data])
+            else:
+                build_config(path, [f"algorithm={preset}", *data])
 
 
 def test_a_recipe_without_its_dataset_files_is_one_line_naming_them(capsys):

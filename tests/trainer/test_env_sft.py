@@ -190,7 +190,7 @@ def household_sft(tmp_path_factory):
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("preset", ["mipu", "quatro", "sprpo"])
+@pytest.mark.parametrize("preset", ["mipu", "quatro", "sprpo", "gigpo"])
 def test_companion_algorithms_train_on_the_household(tmp_path, household_sft, preset):
     """`alprl train --config configs/household_tiny.yaml algorithm=<preset>`, one step, small model."""
     cfg = build_config(CONFIG_DIR / TINY["alprl/Household-v0"],
@@ -199,5 +199,8 @@ def test_companion_algorithms_train_on_the_household(tmp_path, household_sft, pr
     (result,) = train(cfg, show_progress=False)
     m = result.metrics
     assert m["actor/grad_norm_nonfinite"] == 0 and (tmp_path / "checkpoints" / "step_1").is_dir()
-    own = {"mipu": "mipu/t_post", "quatro": "actor/quatro_active_frac", "sprpo": "perturb/sprpo_gain"}[preset]
+    own = {"mipu": "mipu/t_post", "quatro": "actor/quatro_active_frac", "sprpo": "perturb/sprpo_gain",
+           "gigpo": "gigpo/anchor_states"}[preset]
     assert any(k.startswith(own) for k in m), sorted(m)  # the algorithm's own diagnostics ran
+    if preset == "gigpo":  # each group's episodes share at least their first state: the turns were recorded
+        assert m["gigpo/anchor_states"] >= cfg.rollout.prompts_per_step and m["gigpo/anchor_step_frac"] > 0
