@@ -8,7 +8,8 @@
 # Every step is skipped when its result is already there (rerun after a pyproject.toml change to refresh).
 #
 # Environment: PIP (default .venv/bin/pip, else `python3 -m pip`, else a venv in build/pip-venv), BASE_IMAGE, SANDBOX_IMAGE,
-# DEBIAN_MIRROR (default http://deb.debian.org/debian), PULL_TIMEOUT_S (default 60).
+# WHEELS_FROM (a folder of wheels to take them from instead of an index), DEBIAN_MIRROR (default
+# http://deb.debian.org/debian), PULL_TIMEOUT_S (default 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,8 +48,10 @@ else
   rm -f "$WHEELS/.complete" "$WHEELS"/*.whl
   arch=$(uname -m)
   say "downloading wheels for CPython 3.11 / $arch into $WHEELS"
+  source_args=()
+  [ -n "${WHEELS_FROM:-}" ] && source_args=(--no-index --find-links "$WHEELS_FROM")
   # shellcheck disable=SC2086
-  $PIP download -q --dest "$WHEELS" --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+  $PIP download -q "${source_args[@]}" --dest "$WHEELS" --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
     --platform "manylinux_2_28_$arch" --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" \
     -r "$WHEELS/requirements.txt" || die "pip could not download the wheels (check the host's pip index/proxy)"
   touch "$WHEELS/.complete"
@@ -87,6 +90,6 @@ fi
 say "base image $BASE_IMAGE"
 
 # 3. The image (Docker's layer cache makes a rerun without changes a no-op).
-docker build -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -f sandbox/Dockerfile -t "$IMAGE" . >/dev/null ||
-  die "docker build failed: rerun without -q to see why: docker build --build-arg BASE_IMAGE=$BASE_IMAGE -f sandbox/Dockerfile -t $IMAGE ."
+DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -f sandbox/Dockerfile -t "$IMAGE" . >/dev/null ||
+  die "docker build failed: rerun without -q to see why: DOCKER_BUILDKIT=0 docker build --build-arg BASE_IMAGE=$BASE_IMAGE -f sandbox/Dockerfile -t $IMAGE ."
 say "built $IMAGE"
