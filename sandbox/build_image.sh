@@ -90,6 +90,11 @@ fi
 say "base image $BASE_IMAGE"
 
 # 3. The image (Docker's layer cache makes a rerun without changes a no-op).
-DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -f sandbox/Dockerfile -t "$IMAGE" . >/dev/null ||
-  die "docker build failed: rerun without -q to see why: DOCKER_BUILDKIT=0 docker build --build-arg BASE_IMAGE=$BASE_IMAGE -f sandbox/Dockerfile -t $IMAGE ."
+build_log=$(mktemp)
+if ! DOCKER_BUILDKIT=0 docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -f sandbox/Dockerfile -t "$IMAGE" . \
+    >"$build_log" 2>&1; then
+  tail -n 30 "$build_log" >&2
+  die "docker build failed (above: the end of its output)"
+fi
+rm -f "$build_log"
 say "built $IMAGE"
