@@ -1,13 +1,16 @@
 """Sandbox throughput: trivial code over HTTP vs a naive `subprocess.run([python, "-c", code])`, same run.
 
     python bench/sandbox_throughput.py [--requests 2000] [--concurrency 8] [--naive 80] [--workers N]
+                                       [--container IMAGE | --no-container]
 
 Starts a real server (`sandbox.local_server`), then measures on loopback, each with the same trivial program:
   1. latency: sequential POST /run_code on one keep-alive connection → p50 / p99 (ms);
   2. throughput: `--concurrency` client threads, each with its own keep-alive connection → executions/s;
   3. naive: `subprocess.run([sys.executable, "-c", code])` sequentially, and with the same concurrency.
-The server is measured once warm (`warming` in /v1/info is 0). Phases 2 and 3 alternate over `--rounds`
-rounds and are summed, so load from other processes on a shared machine hits both sides alike. Prints the
+  4. container: where a Docker engine answers and the image exists (`make sandbox-image`), the same service in
+     the compose file's hardened container (uid slots, six capabilities, read-only root), on a published port.
+The server is measured once warm (`warming` in /v1/info is 0). Phases 2-4 alternate over `--rounds`
+rounds and are summed, so load from other processes on a shared machine hits every side alike. Prints the
 figures and the ratios. Targets (DESIGN.md): HTTP throughput ≥ 10× naive, p50 ≤ 5 ms. The client is the standard library's http.client, so it costs as little CPU as possible.
 """
 
@@ -64,6 +67,38 @@ def http_throughput(host: str, port: int, n: int, concurrency: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def start_container(image: str, workers: int) -> tuple[str, int] | None:
+    """The service in a hardened container (docker-compose.yml's sandbox flags) on a free port; None without it."""
+    import shutil
+    import socket
+
+    if shutil.which("docker") is None or subprocess.run(["docker", "image", "inspect", image],
+                                                        capture_output=True).returncode != 0:
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    caps = [f"--cap-add={c}" for c in ("SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE")]
+    out = subprocess.run(["docker", "run", "-d", "--rm", "--init", "--read-only", "--cap-drop=ALL", *caps,
+                          "--security-opt=no-new-privileges:true", "--tmpfs=/tmp:rw,size=256m,nosuid,nodev",
+                          "--pids-limit=512", "-e", f"SANDBOX_WORKERS={workers or os.cpu_count()}",
+                          "-e", f"SANDBOX_MAX_QUEUE={4096}", "-p", f"127.0.0.1:{port}:8080", image],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"container: not measured ({out.stderr.strip()[:200]})")
+        return None
+    container = out.stdout.strip()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            _get("127.0.0.1", port, "/v1/ping")
+            return container, port
+        except OSError:
+            time.sleep(0.3)
+    subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+    return None
+
+
 def naive_throughput(n: int, concurrency: int) -> float:
     def one(_):
         out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=60)
@@ -87,9 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--naive", type=int, default=80, help="naive subprocess executions per naive phase")
     ap.add_argument("--workers", type=int, default=0, help="server workers (0 = CPUs)")
     ap.add_argument("--rounds", type=int, default=4, help="alternating HTTP / naive rounds")
+    ap.add_argument("--container", default="alprl/sandbox:latest", help="image for the container figure")
+    ap.add_argument("--no-container", action="store_true", help="skip the container figure")
     args = ap.parse_args(argv)
 
-    totals = {"http": [0, 0.0], "naive_seq": [0, 0.0], "naive_par": [0, 0.0]}  # executions, seconds
+    totals = {"http": [0, 0.0], "naive_seq": [0, 0.0], "naive_par": [0, 0.0], "container": [0, 0.0]}
+    started = None if args.no_container else start_container(args.container, args.workers)
+    if started is not None:
+        container, c_port = started
+        c_info = wait_until_warm("127.0.0.1", c_port)
+        latency_ms("127.0.0.1", c_port, 100)
+        c_lat = latency_ms("127.0.0.1", c_port, args.latency_requests)
 
     def add(key: str, n: int, rate: float) -> None:
         totals[key][0] += n
@@ -105,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             add("http", n, http_throughput(host, int(port), n, args.concurrency))
             add("naive_seq", m, naive_throughput(m, 1))
             add("naive_par", m, naive_throughput(m, args.concurrency))
+            if started is not None:
+                add("container", n, http_throughput("127.0.0.1", c_port, n, args.concurrency))
+    if started is not None:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True)
     http_rate, naive_seq, naive_par = (totals[k][0] / totals[k][1] for k in ("http", "naive_seq", "naive_par"))
 
     p50, p99 = pct(lat, 0.50), pct(lat, 0.99)
@@ -117,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio vs naive sequential:        {http_rate / naive_seq:5.1f}x   (target >= 10x)")
     print(f"ratio vs naive, same concurrency: {http_rate / naive_par:5.1f}x")
     print(f"p50 target <= 5 ms: {'met' if p50 <= 5 else 'NOT met'}")
+    if started is None:
+        print("container: not measured (no Docker engine or no image; `make sandbox-image` builds it)")
+    else:
+        c_rate = totals["container"][0] / totals["container"][1]
+        print(f"container ({args.container}, {c_info['workers']} workers, isolation {c_info['tier']} "
+              f"{c_info['layers']}): p50 {pct(c_lat, 0.5):.2f} ms, {c_rate:.1f} exec/s = "
+              f"{c_rate / naive_seq:.1f}x naive sequential, {c_rate / http_rate:.2f}x the in-process server")
     return 0
 
 
