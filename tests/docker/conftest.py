@@ -69,13 +69,15 @@ def sandbox_image(docker_engine) -> str:
 class Stack:
     """One compose project: its published URL and helpers to look inside its containers."""
 
-    def __init__(self, compose: list[str], project: str, port: int, env: dict[str, str]):
+    def __init__(self, compose: list[str], project: str, port: int, env: dict[str, str],
+                 files: tuple[str, ...] = ("docker-compose.yml",)):
         self.compose, self.project, self.port, self.env = compose, project, port, env
+        self.files = [arg for f in files for arg in ("-f", str(ROOT / f))]
         self.url = f"http://127.0.0.1:{port}"
         self.http = httpx.Client(base_url=self.url, timeout=60.0)
 
     def cmd(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-        out = subprocess.run([*self.compose, "-p", self.project, "-f", str(ROOT / "docker-compose.yml"), *args],
+        out = subprocess.run([*self.compose, "-p", self.project, *self.files, *args],
                              cwd=ROOT, capture_output=True, text=True, env=self.env, timeout=timeout)
         if check and out.returncode != 0:
             raise AssertionError(f"{' '.join(args)} failed: {out.stderr[-3000:]}")
@@ -131,11 +133,11 @@ class Stack:
         self.http.close()
 
 
-def start_stack(compose: list[str], name: str) -> Stack:
+def start_stack(compose: list[str], name: str, files: tuple[str, ...] = ("docker-compose.yml",)) -> Stack:
     port = free_port()
     project = f"alprltest{name}{os.getpid()}"
     env = {**os.environ, "SANDBOX_HOST_PORT": str(port), "SANDBOX_API_KEY": ""}
-    stack = Stack(compose, project, port, env)
+    stack = Stack(compose, project, port, env, files)
     stack.cmd("up", "-d", "--no-build", "sandbox")
     try:
         stack.wait_ready()
@@ -163,4 +165,4 @@ def stack(compose):
 @pytest.fixture(scope="module")
 def make_stack(compose):
     """Start another compose project (the caller takes it down)."""
-    return lambda name: start_stack(compose, name)
+    return lambda name, files=("docker-compose.yml",): start_stack(compose, name, files)

@@ -164,6 +164,24 @@ def test_two_replicas_behind_the_clients_balancing(stack, make_stack):
         other.down()
 
 
+def test_the_namespace_override_gives_tier_t2_with_loopback(make_stack):
+    t2 = make_stack("ns", ("docker-compose.yml", "docker-compose.namespaces.yml"))
+    try:
+        info = t2.http.get("/v1/info").json()
+        assert info["tier"] == "T2" and {"net", "pid", "mount", "uid", "seccomp"} <= set(info["layers"]), info
+        assert "net.loopback" not in info["layer_errors"], info["layer_errors"]
+        code = ("import socket, threading, os\nsrv = socket.create_server(('127.0.0.1', 0))\n"
+                "threading.Thread(target=lambda: srv.accept()[0].sendall(b'hi'), daemon=True).start()\n"
+                "c = socket.create_connection(srv.getsockname(), timeout=3)\nprint(c.recv(2).decode(), os.getpid())\n"
+                "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=3)\n    print('out')\n"
+                "except OSError as e:\n    print('no route', e.errno)")
+        greeting, pid, *rest = stdout(t2.run(code)).split()
+        assert greeting == "hi" and int(pid) < 10 and rest[:2] == ["no", "route"]  # own pid namespace, no egress
+        assert_contained(t2)
+    finally:
+        t2.down()
+
+
 def test_a_killed_server_is_brought_back_by_the_restart_policy(stack):
     container = stack.container()
     server = stack.server_pid()
