@@ -173,6 +173,11 @@ SUITES = {s.name: s for s in (
     Suite("mismatch", "GRPO, Token-MIS and MIPU over sampler fake quantization none/int8/int4/int3 (MIPU's claim)",
           ("grpo", "token_mis", "mipu"), _mismatch_settings, baseline_method="grpo",
           claim="MIPU performs better on average and more stably under high mismatch"),
+    Suite("gigpo", "GRPO and GiGPO (step-level advantages over anchor states) on the household; the shop with "
+          "--config configs/webshop_tiny.yaml", ("grpo", "gigpo"), _plain_setting,
+          config="configs/household_tiny.yaml", baseline_method="grpo",
+          claim="GiGPO's step-level credit over anchor states beats episode-level GRPO on multi-turn agent tasks "
+          "(arXiv 2505.10978, ALFWorld and WebShop)"),
 )}
 
 
