@@ -19,6 +19,8 @@ WHEELS=build/sandbox-wheels
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 say() { echo "sandbox-image: $*"; }
 die() { echo "sandbox-image: $*" >&2; exit 1; }
+# exit 3: this machine cannot provide a base image or wheels at all (the Docker tests skip on it, with the reason)
+cannot() { echo "sandbox-image: $*" >&2; exit 3; }
 
 command -v docker >/dev/null || die "no docker command: install Docker (Debian: apt-get install docker.io docker-compose)"
 docker info >/dev/null 2>&1 || die "the Docker engine does not answer (start dockerd, or check DOCKER_HOST / permissions)"
@@ -53,7 +55,7 @@ else
   # shellcheck disable=SC2086
   $PIP download -q "${source_args[@]}" --dest "$WHEELS" --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
     --platform "manylinux_2_28_$arch" --platform "manylinux_2_17_$arch" --platform "manylinux2014_$arch" \
-    -r "$WHEELS/requirements.txt" || die "pip could not download the wheels (check the host's pip index/proxy)"
+    -r "$WHEELS/requirements.txt" || cannot "pip could not download the wheels (check the host's pip index/proxy)"
   touch "$WHEELS/.complete"
 fi
 
@@ -72,15 +74,15 @@ if [ -z "${BASE_IMAGE:-}" ]; then
       say "python:3.11-slim cannot be pulled: making $LOCAL_BASE with debootstrap from $MIRROR"
       if ! command -v debootstrap >/dev/null; then
         { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } ||
-          die "debootstrap is missing and cannot be installed (needs root and apt); or set BASE_IMAGE to an image with Python 3.11"
+          cannot "debootstrap is missing and cannot be installed (needs root and apt); or set BASE_IMAGE to an image with Python 3.11"
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
       fi
-      [ "$(id -u)" = 0 ] || die "debootstrap needs root; or set BASE_IMAGE to an image with Python 3.11"
+      [ "$(id -u)" = 0 ] || cannot "debootstrap needs root; or set BASE_IMAGE to an image with Python 3.11"
       rootfs=$(mktemp -d)
       trap 'rm -rf "$rootfs"' EXIT
       # minbase + Python 3.11 with its venv module; libseccomp2 for the seccomp layer.
       debootstrap --variant=minbase --include=python3,python3-venv,libseccomp2 bookworm "$rootfs" "$MIRROR" \
-        >"$rootfs.log" 2>&1 || die "debootstrap failed (log: $rootfs.log)"
+        >"$rootfs.log" 2>&1 || cannot "debootstrap failed (log: $rootfs.log)"
       rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
       tar -C "$rootfs" -c . | docker import - "$LOCAL_BASE" >/dev/null
       rm -f "$rootfs.log"
