@@ -84,6 +84,39 @@ def test_abuse_cases_are_contained(stack, code, expected):
     assert_contained(stack)
 
 
+ENV_WHITELIST = {"PATH", "LANG", "HOME", "TMPDIR", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED",
+                 "MPLBACKEND", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"}
+
+
+# The host abuse matrix (tests/sandbox/test_abuse_*.py) inspects host pids and host /tmp; these are its cases that
+# mean the same inside the container, each checked on the run's stdout and then by assert_contained.
+@pytest.mark.parametrize("code, check", [
+    ("import os\nprint(sorted(os.environ))", lambda out: set(eval(out)) <= ENV_WHITELIST),
+    ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+     "    os._exit(0)\nprint('parent exits')", lambda out: out == "parent exits\n"),
+    ("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('x', flush=True)\nwhile True: pass",
+     lambda out: out == "x\n"),
+    ("import errno\nfor p in ('/etc/passwd', '/app/sandbox/app.py', '/usr/local/bin/python', '/root/x'):\n"
+     "    try:\n        open(p, 'a').write('pwned')\n        print(p, 'written')\n"
+     "    except OSError as e:\n        print(p, errno.errorcode[e.errno])",
+     lambda out: "written" not in out and len(out.splitlines()) == 4),
+    ("import errno\ntry:\n    with open('/dev/shm/fill', 'wb') as f:\n        while True:\n"
+     "            f.write(b'0' * (8 << 20))\nexcept OSError as e:\n    print(errno.errorcode[e.errno])",
+     lambda out: out.strip() in ("ENOSPC", "EFBIG")),
+    ("import errno\nfs = []\ntry:\n    for i in range(10**5):\n        fs.append(open('/dev/null'))\n"
+     "except OSError as e:\n    print(errno.errorcode[e.errno])", lambda out: out.strip() == "EMFILE"),
+    ("import ctypes\nctypes.string_at(0)", lambda out: out == ""),
+    ("import os\nprint(os.listdir('/root') if os.access('/root', os.R_OK) else 'denied')",
+     lambda out: out.strip() == "denied" or ".ssh" not in out),
+], ids=["env-whitelist", "double-forked-daemon", "ignores-sigterm", "writes-outside", "dev-shm-fill",
+        "fd-exhaustion", "segfault", "root-home"])
+def test_host_abuse_cases_hold_in_the_container(stack, code, check):
+    body = stack.run(code, run_timeout=3.0)
+    assert body["status"] in ("Success", "Failed"), body
+    assert check(body["run_result"]["stdout"]), body["run_result"]
+    assert_contained(stack)
+
+
 def test_runs_cannot_read_each_others_files(stack):
     owner = ("import os, time\nopen('mine.txt', 'w').write('s3cret-a')\n"
              "open('/tmp/loose-a.txt', 'w').write('s3cret-a')\n"
