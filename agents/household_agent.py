@@ -43,6 +43,8 @@ from typing import Any
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
+from agents.trajectory import ANCHOR_OBS_KEY
+
 PROMPT = "> "
 """Opens every command line: ends the prompt and every appended observation."""
 STOP = "\n"
@@ -223,6 +225,9 @@ class StepContext(gym.Wrapper):
             target = command[len(GO_TO):]
             self._unvisited = [r for r in self._unvisited if r != target]
         task = TASK_PREFIX + self._task if self._task else ""
+        # GiGPO's anchor state is the env's own feedback, as verl-agent keys it: the hint and "Not visited" lines are
+        # agent context (two episodes at the same place with different histories share the state)
+        info = {**info, ANCHOR_OBS_KEY: obs}
         obs = (cut(obs, MAX_FEEDBACK_CHARS) + action_hints(info["admissible_commands"], self._goal)
                + unvisited_line(self._unvisited) + task)
         return obs, reward, terminated, truncated, info

@@ -4,7 +4,8 @@ Each turn of an episode: its context (prompt + response so far) goes to the engi
 appended with mask 1 and their engine log-probs; the decoded turn text goes to `env.step`; the observation is
 tokenized once and appended with mask 0 and log-prob 0.0, capped at `max_obs_tokens` on token ids. Model output
 is never decoded and re-encoded into the trajectory. Each turn also records its span of response positions and
-the state key (`agents.trajectory.state_key`) of the full observation it acted on, before any cap, for step-level
+the state key (`agents.trajectory.state_key`) of the state it acted on (a step's `info["anchor_obs"]` where the env
+gives one, else the full observation, before any cap), for step-level
 advantages. With `RolloutLimits.mask_void_turns`, an episode that ended
 on a void turn (no code, no answer) gets loss_mask 0 everywhere: as in SimpleTIR, such a trajectory teaches nothing.
 An episode whose tool call the sandbox could not run (`info["sandbox_error"]` from the env: status SandboxError once
@@ -47,7 +48,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 
 from agents.engines.base import Engine, GenerationRequest, GenerationResult
-from agents.trajectory import Trajectory, state_key
+from agents.trajectory import ANCHOR_OBS_KEY, Trajectory, state_key
 from envs.splits import derive_seed
 
 
@@ -241,7 +242,7 @@ def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], stat
             turns[i] += 1
             in_flight -= 1
             if _absorb(trajs[i], step, episode):
-                states[i] = state_key(step[0])
+                states[i] = state_key(step[4].get(ANCHOR_OBS_KEY, step[0]))
                 waiting.append(i)
 
 

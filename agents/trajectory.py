@@ -28,8 +28,9 @@ class Trajectory:
     Per turn, aligned over the N turns the policy took (step-level credit, e.g. GiGPO's anchor states):
     turn_spans:       (N,) [start, end) response positions of turn n's sampled tokens (the observation that
                       follows lies outside it).
-    turn_states:      (N,) `state_key` of the observation turn n acted on: the env's first observation for n = 0,
-                      the observation step n − 1 returned after it. Equal keys within a group are the same state.
+    turn_states:      (N,) `state_key` of the state turn n acted on: the env's first observation for n = 0, then
+                      step n − 1's `info["anchor_obs"]` where given, else its observation. Equal keys within a
+                      group are the same state.
     """
 
     prompt_ids: list[int]
@@ -65,6 +66,12 @@ class Trajectory:
     @property
     def num_sampled_tokens(self) -> int:
         return sum(self.loss_mask)
+
+
+ANCHOR_OBS_KEY = "anchor_obs"
+"""Step-info key under which an env (or wrapper) gives the observation that identifies the state, when the text it
+shows the agent adds context that is not part of the state (verl-agent's `anchor_obs`); without it the observation
+itself is the state."""
 
 
 def state_key(observation: str) -> str:

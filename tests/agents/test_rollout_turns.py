@@ -89,3 +89,31 @@ def test_an_observation_no_turn_acted_on_is_not_a_state():
 def test_state_key_collapses_whitespace_only():
     assert state_key(" a\n\tb  c ") == "a b c"
     assert state_key("a b") != state_key("a  c")
+
+
+class HintedRoom(Room):
+    """Room whose shown observation carries agent context; `anchor_obs` in the step info names the state."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return f"{obs}\nActions: look (step {self.k})", reward, terminated, truncated, {**info, "anchor_obs": obs}
+
+
+def test_a_steps_anchor_obs_is_the_state_when_the_env_gives_one():
+    specs = [EpisodeSpec(seed=0, options={}, group_id=0)]
+    t = run_episodes(ScriptedEngine(), WordAgent(), [HintedRoom()], specs,
+                     RolloutLimits(max_new_tokens=2, max_response_tokens=200, max_obs_tokens=64), seed=1)[0]
+    # the shown text differs at every step (the step counter); the anchor keys still match across steps 1 and 2
+    assert t.turn_states == ["Start room", "You see a box.", "You see a box.", "The box is open."]
+
+
+def test_the_household_wrapper_anchors_on_the_envs_own_feedback():
+    from agents.household_agent import StepContext
+    from envs.household import HouseholdEnv
+
+    env = StepContext(HouseholdEnv())
+    env.reset(seed=0, options={"task_id": 0})
+    obs, _, _, _, info = env.step("look")
+    anchor = info["anchor_obs"]
+    assert obs.startswith(anchor[:60]) and "Not visited:" in obs and "Task:" in obs
+    assert "Actions:" not in anchor and "Not visited:" not in anchor and "Task:" not in anchor
