@@ -17,8 +17,11 @@ scalar `s_l` per layer. Usage (the only place in alprl that touches hidden state
   depends on (seed + l, shape, dtype, device) only, as with a fresh generator per draw.
 - On accelerators the noise is not stored for backward: a custom autograd function regenerates it from the
   seed, giving `∂L/∂s_l = σ_l·Σ(∂L/∂h̃_l ⊙ ε_l)` exactly (the ALP code micro-checkpoints the injection for
-  the same reason). On CPU ε is kept instead (one (N, D) tensor per layer): there the serial mt19937 draw,
-  not memory, is the cost (bench/alp_overhead.py), and the regenerated ε would be the same tensor.
+  the same reason). On CPU ε is kept instead (one (N, D) tensor per layer) and the injection is a plain
+  differentiable `addcmul`: there the serial mt19937 draw, not memory, is the cost, and a Python backward
+  per layer call costs more than autograd's own (bench/alp_overhead.py); the gradient is the same.
+- σ_l = exp(s_l) is recomputed at every layer call: one exp node shared by all layers would be backpropagated
+  once per checkpointed segment under reentrant checkpointing, which autograd refuses.
 - Checkpointing: in transformers ≥ 5 the checkpointed `forward` runs inside the hooks, so the recompute
   reuses h̃; older versions re-run the hook, which re-seeds and redraws identical noise. Either way run
   `backward()` inside `active()` so a re-run hook is still attached.
@@ -90,34 +93,31 @@ def _noise(like: Tensor, seed: int, gen: torch.Generator) -> Tensor:
     return torch.randn(like.shape, generator=gen, dtype=like.dtype, device=like.device)
 
 
-class _AddSeededNoise(torch.autograd.Function):
-    """h̃ = h + exp(s)·ε(seed); on accelerators ε is regenerated in backward instead of being saved.
+def _keeps_noise(h: Tensor) -> bool:
+    """Whether ε is kept for backward (CPU: the draw is the cost) rather than regenerated (accelerators: memory)."""
+    return h.device.type == "cpu"
 
-    On CPU the mt19937 draw (~5 ns an element, serial) costs more than keeping ε, so ε is saved there: the
-    regenerated ε would be the same tensor, so the gradient is the same either way.
-    """
+
+class _AddSeededNoise(torch.autograd.Function):
+    """h̃ = h + σ·ε(seed) with ε regenerated in backward instead of saved (accelerators: memory is the cost)."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, log_sigma: Tensor, seed: int, gen: torch.Generator) -> Tensor:
-        sigma = log_sigma.exp()
-        eps = _noise(h, seed, gen)
-        keep = h.device.type == "cpu" and ctx.needs_input_grad[1]
-        ctx.save_for_backward(sigma, eps if keep else None)
+    def forward(ctx, h: Tensor, sigma: Tensor, seed: int, gen: torch.Generator) -> Tensor:
+        ctx.save_for_backward(sigma)
         ctx.seed, ctx.gen = seed, gen
-        return torch.addcmul(h, eps, sigma.to(h.dtype))  # one fused kernel, no σ·ε temporary
+        return torch.addcmul(h, _noise(h, seed, gen), sigma.to(h.dtype))  # one fused kernel, no σ·ε temporary
 
     @staticmethod
     def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
-        sigma, eps = ctx.saved_tensors
-        grad_s = None
+        grad_sigma = None
         if ctx.needs_input_grad[1]:
-            if eps is None:
-                eps = _noise(grad_out, ctx.seed, ctx.gen)  # same seed, shape, dtype and device: the forward's ε
+            (sigma,) = ctx.saved_tensors
+            eps = _noise(grad_out, ctx.seed, ctx.gen)  # same seed, shape, dtype and device: the forward's ε
             g, e = grad_out.reshape(-1), eps.reshape(-1)  # (N·D,)
             if g.dtype not in (torch.float32, torch.float64):  # accumulate bf16/fp16 products in fp32
                 g, e = g.float(), e.float()
-            grad_s = (sigma * torch.dot(g, e)).to(sigma.dtype)  # σ·Σ(∂L/∂h̃ ⊙ ε), no product tensor
-        return grad_out, grad_s, None, None
+            grad_sigma = torch.dot(g, e).to(sigma.dtype)  # Σ(∂L/∂h̃ ⊙ ε), no product tensor
+        return grad_out, grad_sigma, None, None
 
 
 class LayerwisePerturbation(nn.Module):
@@ -166,7 +166,11 @@ class LayerwisePerturbation(nn.Module):
         gen = self._gens.get(h.device)
         if gen is None:
             gen = self._gens[h.device] = torch.Generator(device=h.device)
-        out = _AddSeededNoise.apply(h, self.log_sigma[slot].to(h.device), seed, gen)
+        sigma = self.log_sigma[slot].exp().to(h.device)  # ()
+        if _keeps_noise(h):  # ε kept for backward; autograd's C++ backward of addcmul gives Σ(∂L/∂h̃ ⊙ ε)
+            out = torch.addcmul(h, _noise(h, seed, gen), sigma.to(h.dtype))
+        else:
+            out = _AddSeededNoise.apply(h, sigma, seed, gen)
         if not self._checking:  # the check's small ops cost ~2% of a step at hidden 128 if run every call
             return out
         with torch.no_grad():  # σ0 = 1e-6 under bf16 rounds back to h: count how often it does not

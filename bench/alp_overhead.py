@@ -22,7 +22,11 @@ and the autograd Function around them, at a hidden size (128) where a layer's ow
 nothing measurable. Arms timed in one run (30 paired steps, 2 threads): hooks that return h 0.995, the draw
 alone 1.023, draw + injection without the h̃ ≠ h check 1.053, with the check on every layer call 1.075; the
 check now runs on the first micro-batch after each metrics() call only: 1.066 against 1.079 for the previous
-module in the same run (`--before HEAD`, 40 steps, IQRs ~0.99-1.16).
+module in the same run (`--before HEAD`, 40 steps, IQRs ~0.99-1.16). On CPU the injection is now autograd's
+own `addcmul` (ε kept, C++ backward) instead of a Python autograd.Function, which cost ~100 µs a layer call in
+backward at this size; idle machine, 2 threads, 200 paired steps, three runs with `--before 00ce246`:
+1.045 / 1.032 / 1.036 against 1.057 / 1.056 / 1.056 for the previous module (IQRs ~0.97-1.12); 1 thread,
+100 steps: 1.048 against 1.039 (within the run's noise).
 
 Usage: python bench/alp_overhead.py [--batch 8] [--response 64] [--hidden 128] [--layers 4] [--steps 20]
        [--before REV]
