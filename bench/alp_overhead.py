@@ -13,7 +13,7 @@ module timed in the same run with `--before 28e73e6`): before (a Generator built
 backward, a host sync per layer call) 1.070 / 1.093 / 1.095, after 1.049 / 1.061 / 1.080 (IQRs within a
 run ~0.99-1.17); with OMP_NUM_THREADS=1 before 1.046 / 1.055, after 1.040 / 1.041. Rerun on the idle machine,
 40 steps: 1 thread 1.045 (IQR 1.026-1.062), 2 threads 1.066 (IQR 1.044-1.081); 2 threads at --hidden 256
-1.024 (IQR 1.011-1.066) and --hidden 512 1.021 (IQR 1.002-1.077). The ≤ 1.05 goal is met single-threaded and
+1.024 (IQR 1.011-1.066) and --hidden 512 1.021 (IQR 1.002-1.077). With that module the ≤ 1.05 goal was met single-threaded and
 from hidden 256 up, not at the demo's 128 on two threads. The serial mt19937 draw (~4.4 ns an element, one (N, D) draw per layer per
 micro-batch) is not what is left: drawing the later layers' ε on a background thread while the layers compute
 (single-threaded torch, a spare core) measured 0.995× the step without it over 60 paired steps, so that change
