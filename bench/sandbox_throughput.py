@@ -8,7 +8,8 @@ Starts a real server (`sandbox.local_server`), then measures on loopback, each w
   2. throughput: `--concurrency` client threads, each with its own keep-alive connection → executions/s;
   3. naive: `subprocess.run([sys.executable, "-c", code])` sequentially, and with the same concurrency.
   4. container: where a Docker engine answers and the image exists (`make sandbox-image`), the same service in
-     the compose file's hardened container (uid slots, six capabilities, read-only root), on a published port.
+     the compose file's hardened container (its flags read from docker-compose.yml: uid slots, six
+     capabilities, read-only root, limits), on a published port.
 The server is measured once warm (`warming` in /v1/info is 0). Phases 2-4 alternate over `--rounds`
 rounds and are summed, so load from other processes on a shared machine hits every side alike. Prints the
 figures and the ratios. Targets (DESIGN.md): HTTP throughput ≥ 10× naive, p50 ≤ 5 ms. The client is the standard library's http.client, so it costs as little CPU as possible.
@@ -27,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sandbox.compose_flags import docker_run_flags, service_config  # noqa: E402
 from sandbox.local_server import start_server  # noqa: E402
 
 CODE = "print(6 * 7)"
@@ -78,11 +80,11 @@ def start_container(image: str, workers: int) -> tuple[str, int] | None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    caps = [f"--cap-add={c}" for c in ("SETUID", "SETGID", "KILL", "CHOWN", "FOWNER", "DAC_OVERRIDE")]
-    out = subprocess.run(["docker", "run", "-d", "--rm", "--init", "--read-only", "--cap-drop=ALL", *caps,
-                          "--security-opt=no-new-privileges:true", "--tmpfs=/tmp:rw,size=256m,nosuid,nodev",
-                          "--pids-limit=512", "-e", f"SANDBOX_WORKERS={workers or os.cpu_count()}",
-                          "-e", f"SANDBOX_MAX_QUEUE={4096}", "-p", f"127.0.0.1:{port}:8080", image],
+    # the compose file's own hardening and limits (one writer); only the port and the sizes differ
+    flags = docker_run_flags("sandbox", environment={"SANDBOX_WORKERS": str(workers or os.cpu_count()),
+                                                     "SANDBOX_MAX_QUEUE": "4096", "SANDBOX_API_KEY": ""})
+    command = service_config("sandbox")["command"]
+    out = subprocess.run(["docker", "run", "-d", "--rm", *flags, "-p", f"127.0.0.1:{port}:8080", image, *command],
                          capture_output=True, text=True)
     if out.returncode != 0:
         print(f"container: not measured ({out.stderr.strip()[:200]})")
