@@ -6,8 +6,13 @@ the ones behind most container escapes and kernel exploits that a process can st
 and namespace layers: tracing other processes (ptrace, process_vm_readv/writev), new namespaces or mounts
 (unshare, setns, mount, pivot_root, ...: the zygote's own set-up happens before the filter exists), the kernel
 keyring, eBPF, perf events, kexec and module loading, userfaultfd and io_uring (two large, bug-rich attack
-surfaces), and the reboot / swap / accounting / quota / personality family. EPERM rather than a kill: code that
-probes a call gets an ordinary OSError, and the run's status stays what the snippet made it.
+surfaces), and the reboot / swap / accounting / quota / personality family. `clone` with a CLONE_NEW* flag is
+refused too: without that rule a run could still make a user namespace (with every capability inside it) and a
+network namespace through clone(2), reaching netfilter and the other code that trusts CAP_NET_ADMIN — the kernel
+surface behind many local privilege escalations. `clone3` passes its flags in memory, where a filter cannot read
+them, so it answers ENOSYS and the C library falls back to `clone` (what Docker's default profile does). EPERM
+rather than a kill: code that probes a call gets an ordinary OSError, and the run's status stays what the snippet
+made it.
 
 Why our own ctypes binding rather than `pyseccomp`: pyseccomp locates libseccomp with `ctypes.util.find_library`,
 which spawns `ldconfig` through subprocess and so imports threading into the zygote (its at-fork hook would then
@@ -43,9 +48,16 @@ DENIED_SYSCALLS = (
     "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd", "personality",
 )
 
+# clone(2) flags that make a new namespace, <linux/sched.h>: clone with any of them gets EPERM
+CLONE_NEW_FLAGS = {"CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWUTS": 0x04000000,
+                   "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
+                   "CLONE_NEWNET": 0x40000000}
+ENOSYS_SYSCALLS = ("clone3",)  # flags in a struct in memory: unfilterable, so "not implemented" (libc falls back)
+
 LIBSECCOMP = "libseccomp.so.2"  # by soname: no find_library (see above)
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_ACT_ERRNO_BASE = 0x00050000  # SCMP_ACT_ERRNO(x) = 0x00050000 | (x & 0xffff), <seccomp.h>
+SCMP_CMP_MASKED_EQ = 7  # enum scmp_compare: (arg & datum_a) == datum_b
 SCMP_FLTATR_CTL_NNP = 3  # libseccomp attribute: set no_new_privs in seccomp_load (already set by the zygote)
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -54,6 +66,11 @@ NR_SCMP_ERROR = -1  # resolve_name: unknown name (calls only other arches have r
 
 class SeccompUnavailable(RuntimeError):
     """The filter cannot be built or loaded here; the message says why."""
+
+
+class _ArgCmp(ctypes.Structure):  # struct scmp_arg_cmp, <seccomp.h>
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
 
 
 class _SockFprog(ctypes.Structure):  # struct sock_fprog, <linux/filter.h>: (length in 8-byte instructions, pointer)
@@ -71,6 +88,8 @@ def _libseccomp() -> ctypes.CDLL:
     lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     lib.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                           ctypes.POINTER(_ArgCmp)]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     return lib
 
@@ -81,10 +100,12 @@ def _check(ret: int, what: str) -> None:
 
 
 class Filter:
-    """A compiled filter: `denied` names the calls it refuses, `program` is the BPF bytes to install."""
+    """A compiled filter: `denied` names the calls it refuses (EPERM), `clone_flags` the clone(2) flags it refuses,
+    `enosys` the calls it answers ENOSYS; `program` is the BPF bytes to install."""
 
-    def __init__(self, denied: tuple[str, ...], program: bytes):
-        self.denied, self.program = denied, program
+    def __init__(self, denied: tuple[str, ...], program: bytes, clone_flags: tuple[str, ...] = (),
+                 enosys: tuple[str, ...] = ()):
+        self.denied, self.program, self.clone_flags, self.enosys = denied, program, clone_flags, enosys
         self._buf = ctypes.create_string_buffer(program, len(program))  # kept alive and fork-inherited
         self._fprog = _SockFprog(len(program) // 8, ctypes.cast(self._buf, ctypes.c_void_p))
         self._prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -106,6 +127,13 @@ class Filter:
                     continue
                 _check(lib.seccomp_rule_add(ctx, SCMP_ACT_ERRNO_BASE | errno.EPERM, nr, 0), f"rule {name}")
                 denied.append(name)
+            clone_flags = _add_clone_rules(lib, ctx)
+            enosys = []
+            for name in ENOSYS_SYSCALLS:
+                nr = lib.seccomp_syscall_resolve_name(name.encode())
+                if nr >= 0:  # an old libseccomp that does not know clone3: its kernel calls fall to the default
+                    _check(lib.seccomp_rule_add(ctx, SCMP_ACT_ERRNO_BASE | errno.ENOSYS, nr, 0), f"rule {name}")
+                    enosys.append(name)
             r, w = os.pipe()  # export the compiled program (a few hundred bytes: fits a pipe buffer)
             try:
                 _check(lib.seccomp_export_bpf(ctx, w), "seccomp_export_bpf")
@@ -120,7 +148,7 @@ class Filter:
             lib.seccomp_release(ctx)
         if not program or len(program) % 8:
             raise SeccompUnavailable(f"libseccomp exported a {len(program)}-byte program")
-        return cls(tuple(denied), program)
+        return cls(tuple(denied), program, clone_flags, tuple(enosys))
 
     def install(self) -> None:
         """Load the filter into the calling (single-threaded) process; inherited by everything it forks.
@@ -145,4 +173,18 @@ class Filter:
             raise SeccompUnavailable("the kernel refused to load the filter (no CONFIG_SECCOMP_FILTER?)")
 
     def describe(self) -> dict:
-        return {"action": "EPERM", "denied": list(self.denied), "bpf_instructions": len(self.program) // 8}
+        return {"action": "EPERM", "denied": list(self.denied), "denied_clone_flags": list(self.clone_flags),
+                "enosys": list(self.enosys), "bpf_instructions": len(self.program) // 8}
+
+
+def _add_clone_rules(lib: ctypes.CDLL, ctx: int) -> tuple[str, ...]:
+    """clone(2) with any CLONE_NEW* flag → EPERM: one rule per flag, `(flags & bit) == bit` (rules are OR-ed)."""
+    nr = lib.seccomp_syscall_resolve_name(b"clone")
+    if nr < 0:
+        return ()
+    flags_arg = 1 if os.uname().machine.startswith("s390") else 0  # s390 swaps clone's first two arguments
+    for name, bit in CLONE_NEW_FLAGS.items():
+        cmp = _ArgCmp(flags_arg, SCMP_CMP_MASKED_EQ, bit, bit)
+        _check(lib.seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO_BASE | errno.EPERM, nr, 1, ctypes.byref(cmp)),
+               f"rule clone {name}")
+    return tuple(CLONE_NEW_FLAGS)
