@@ -32,6 +32,11 @@ def test_only_the_listed_warnings_are_dropped():
     assert known.filter(_record("vllm.v1.worker.cpu_worker", "CPU group key %s is not a valid memory node.", 3))
     assert known.filter(_record("vllm.v1.engine.core_client", "[shutdown] MPClient: engine core exited "
                                 "unexpectedly; starting cleanup"))
+    name = "vllm.v1.executor.multiproc_executor"
+    assert not known.filter(_record(name, "[shutdown] Executor: workers still running after grace period; "
+                                    "sending SIGTERM count=%d", 1))
+    assert known.filter(_record(name, "[shutdown] Executor: workers still running after SIGTERM; sending SIGKILL "
+                                "count=%d", 1))
     assert known.filter(_record("other.lib", "Enforce eager set"))  # another library's message of the same text
     cast = "Attempted to load weight %s with dtype %s into parameter with dtype %s"
     name = "vllm.model_executor.models.utils"
