@@ -174,6 +174,43 @@ def success_chart(data: dict[str, Any]) -> str | None:
     return png(fig)
 
 
+ROBUSTNESS_FIGURE = "Robustness sweep: success per family and scale"
+
+
+def robustness_chart(data: dict[str, Any]) -> str | None:
+    """Success with its 95% interval against perturbation scale, one panel per family, one line per arm (PNG,
+    base64); the clean success is each line's first point (noise, prune) or a dashed level (quant)."""
+    arms = {name: a["robustness"] for name, a in data["arms"].items() if a.get("robustness")}
+    families = [f for f in ("noise", "prune", "quant") if any(r["family"] == f for rows in arms.values() for r in rows)]
+    if not families:
+        return None
+    fig, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.4), squeeze=False)
+    for ax, family in zip(axes[0], families, strict=True):
+        for i, (name, rows) in enumerate(arms.items()):
+            clean = next((r for r in rows if r["family"] == "clean"), None)
+            points = [r for r in rows if r["family"] == family]
+            if family != "quant" and clean is not None:
+                points = [clean, *points]
+            xs = range(len(points)) if family == "quant" else [float(r["scale"]) for r in points]
+            ys = [r["success"] for r in points]
+            err = [[y - r["ci_lo"] for y, r in zip(ys, points, strict=True)],
+                   [r["ci_hi"] - y for y, r in zip(ys, points, strict=True)]]
+            line = ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=name,
+                               alpha=0.85)  # arms overlap at shared scales: translucent
+            if family == "quant" and clean is not None:
+                ax.axhline(clean["success"], ls="--", lw=1, color=line[0].get_color())
+            if family == "quant" and i == 0:
+                ax.set_xticks(list(xs), [r["scale"] for r in points], fontsize=8)
+        ax.set_title(family + (" (dashed: clean)" if family == "quant" else ""), fontsize=9)
+        ax.set_xlabel("scale" if family != "quant" else "format")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("success (95% interval)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(ROBUSTNESS_FIGURE, fontsize=10)
+    fig.tight_layout()
+    return png(fig)
+
+
 def first_seed_runs(out: Path, data: dict[str, Any]) -> list[RunData]:
     """One run per arm (its cell of the first seed that finished), labelled by the arm, for the overlaid figures."""
     plan = json.loads((out / "experiment.json").read_text())
@@ -201,6 +238,9 @@ def figures_html(out: Path, data: dict[str, Any]) -> list[str]:
     chart = success_chart(data)
     if chart:
         parts.append(_img("Held-out success per arm", chart))
+    sweep = robustness_chart(data)
+    if sweep:
+        parts.append(_img(ROBUSTNESS_FIGURE, sweep))
     runs = first_seed_runs(out, data)
     if not runs:
         return parts

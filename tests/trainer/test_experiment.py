@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from evaluation.experiment_report import ROBUSTNESS_FIGURE
 from evaluation.experiment_stats import compare, tag_problems, verdict
 from evaluation.report import write_report
 from trainer.cli import main, parse_args
@@ -134,4 +135,5 @@ def test_robustness_suite_sweeps_each_final_checkpoint(tmp_path, sft_dir, capsys
         assert "clean@0.0" in rows and "quant@int4" in rows and all(r["problems"] == 2 for r in rows.values())
         assert all(r["ci_lo"] <= r["success"] <= r["ci_hi"] for r in rows.values())
     assert "Robustness of the final checkpoints" in (out / "report.md").read_text()
+    assert f"<img alt='{ROBUSTNESS_FIGURE}'" in (out / "report.html").read_text()  # the sweep, overlaid per arm
     assert (out / "grpo__recipe__seed0" / "robustness" / "robustness.html").is_file()
