@@ -1,8 +1,8 @@
 """Code that runs inside a child forked from a zygote: set up the run, drop privileges, run the snippet.
 
 Order (reference/sandbox.md §4): setsid → read the request payload → private workdir → redirect stdio, close
-every other descriptor → setgroups/setgid/setuid (slot uid) → rlimits → chdir → clean environment → run the code
-as ``__main__``. (no_new_privs is set once in the zygote and inherited: it cannot be undone.) Anything failing before the snippet starts is a *setup* error, reported on a pipe
+every other descriptor → setgroups/setgid/setuid (slot uid) → rlimits → chdir → run the code as ``__main__``, in
+the clean environment the zygote set once for its workdir (`set_environ`). (no_new_privs is set once in the zygote and inherited: it cannot be undone.) Anything failing before the snippet starts is a *setup* error, reported on a pipe
 the snippet never sees, so user code can never fake a SandboxError (or hide one).
 """
 
@@ -113,10 +113,20 @@ def apply_rlimits(limits: Limits, *, nproc: bool) -> None:
     if nproc:  # only meaningful with a dedicated uid: NPROC counts every process of the real uid
         wanted[resource.RLIMIT_NPROC] = (limits.max_processes,) * 2
     for res, (soft, hard) in wanted.items():
-        cur_hard = resource.getrlimit(res)[1]
+        cur_hard = _hard_limits[res] if res in _hard_limits else resource.getrlimit(res)[1]
         if cur_hard != resource.RLIM_INFINITY:
             soft, hard = min(soft, cur_hard), min(hard, cur_hard)
         resource.setrlimit(res, (soft, hard))
+
+
+_hard_limits: dict[int, int] = {}  # filled once in the zygote (`remember_hard_limits`); children inherit it
+
+
+def remember_hard_limits() -> None:
+    """The zygote's hard limits, read once: a child only lowers them, so they bound every run the same way."""
+    for res in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE,
+                resource.RLIMIT_CORE, resource.RLIMIT_MEMLOCK, resource.RLIMIT_NPROC):
+        _hard_limits[res] = resource.getrlimit(res)[1]
 
 
 def reset_process_state() -> None:
@@ -340,11 +350,16 @@ def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[
         drop_privileges(uid)
     apply_rlimits(limits, nproc=uid is not None)
     os.umask(0o077)  # files a run leaves in a shared /tmp (no mount layer) stay unreadable to other slots
-    os.chdir(workdir)
+    os.chdir(workdir)  # the environment (clean_environ of this workdir) was set once by the zygote: inherited
+    return code
+
+
+def set_environ(workdir: str) -> None:
+    """Make the process environment exactly `clean_environ(workdir)`. The zygote calls it once: every child it
+    forks inherits it, and a child that edited its environment leaves the zygote's untouched."""
     env = clean_environ(workdir)
-    for key in set(os.environ) - set(env):  # the zygote's environment is already whitelisted: usually none
+    for key in set(os.environ) - set(env):
         del os.environ[key]
     for key, value in env.items():
         if os.environ.get(key) != value:
             os.environ[key] = value
-    return code

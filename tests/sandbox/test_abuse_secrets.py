@@ -19,6 +19,15 @@ def test_environment_holds_only_whitelisted_variables(contained, secret):
     assert secret not in stdout(contained.run("import os\nprint(dict(os.environ))"))
 
 
+def test_a_run_that_edits_its_environment_leaves_the_next_run_the_clean_one(contained):
+    # The zygote sets the clean environment once and every run inherits it: edits must stay in their own run.
+    contained.run("import os\nos.environ['LEAK'] = 'x'\nos.environ['PATH'] = '/nowhere'\nos.putenv('HOME', '/')")
+    for _ in range(3):  # whichever slot the next runs land on
+        env, cwd = eval(stdout(contained.run("import os\nprint(repr((dict(os.environ), os.getcwd())))")))
+        assert "LEAK" not in env and env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+        assert env["HOME"] == env["TMPDIR"] == cwd  # the run's own workdir
+
+
 def test_proc_environ_of_self_init_and_server_hold_no_secret(contained, secret):
     server_pid = contained.handle.proc.pid
     code = (f"paths = ['/proc/self/environ', '/proc/1/environ', '/proc/1/cmdline', '/proc/{server_pid}/environ',\n"

@@ -142,3 +142,21 @@ def test_closed_pool_leaves_no_process_and_answers_sandbox_error():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert pool.run(RunRequest("print(1)")) == ExecutionResult("SandboxError", stderr="sandbox pool is closed")
+
+
+@pytest.mark.parametrize("leave", [
+    "open('extra.txt', 'w').write('x')",  # a file beside the program
+    "os.makedirs('a/b/c'); open('a/b/c/d', 'w').write('x')",  # nested directories
+    "os.unlink('main.py'); os.symlink('/etc/passwd', 'main.py')",  # the program replaced by a symlink
+    "os.unlink('main.py')",  # the program gone
+])
+def test_the_next_run_on_a_slot_starts_in_an_empty_workdir(leave):
+    pool = Pool(Settings(workers=1, uid_base=fresh_uid_base(), preload="math", preload_heavy="", max_sessions=0),
+                allow_unsafe=True)
+    try:
+        assert pool.run(RunRequest(f"import os\n{leave}\nprint('left')")).stdout == "left\n"
+        after = pool.run(RunRequest("import os\nprint(sorted(os.listdir('.')))"))
+        assert after.stdout == "['main.py']\n", after
+        assert os.path.exists("/etc/passwd")  # the symlink was removed, not what it pointed to
+    finally:
+        pool.close()
