@@ -1,7 +1,7 @@
 """Sandbox throughput: trivial code over HTTP vs a naive `subprocess.run([python, "-c", code])`, same run.
 
     python bench/sandbox_throughput.py [--requests 2000] [--concurrency 8] [--naive 80] [--workers N]
-                                       [--container IMAGE | --no-container]
+                                       [--container IMAGE | --no-container] [--no-pool]
 
 Starts a real server (`sandbox.local_server`), then measures on loopback, each with the same trivial program:
   1. latency: sequential POST /run_code on one keep-alive connection → p50 / p99 (ms);
@@ -9,20 +9,21 @@ Starts a real server (`sandbox.local_server`), then measures on loopback, each w
   3. naive: `subprocess.run([sys.executable, "-c", code])` sequentially, and with the same concurrency.
   4. container: where a Docker engine answers and the image exists (`make sandbox-image`), the same service in
      the compose file's hardened container (its flags read from docker-compose.yml: uid slots, six
-     capabilities, read-only root, limits), on a published port.
-The server is measured once warm (`warming` in /v1/info is 0). Phases 2-4 alternate over `--rounds`
+     capabilities, read-only root, limits), on a published port;
+  5. pool: the same runs through an in-process `sandbox.executor.Pool` (what `make_runner(None)` uses), no HTTP.
+The server is measured once warm (`warming` in /v1/info is 0). Phases 2-5 alternate over `--rounds`
 rounds and are summed, so load from other processes on a shared machine hits every side alike. Prints the
 figures and the ratios. Targets (DESIGN.md): HTTP throughput ≥ 10× naive, p50 ≤ 5 ms. The client is the standard library's http.client, so it costs as little CPU as possible.
 
-Where a run's CPU goes (2026-12-02, T2 server, 2 workers, print(6 * 7) at concurrency 8, two training jobs on the
-machine, so every figure is inflated; /proc CPU times per execution): client 0.38 ms, server process 1.25 ms
-(uvicorn/FastAPI and the executor's threads), light zygote ~1.6 ms (fork, waiting, reaping, cleanup, and its own
-copy-on-write faults while the child lives), the forked run ~2.4 ms. Inside the run (process CPU time): set-up
-0.76 ms with ~200 minor faults — copy-on-write of pages the interpreter touches (refcounts), most of it —, the
-seccomp install 0.26 ms (a kernel cost that barely depends on the filter: 37 BPF instructions 0.15 ms, 72 0.21 ms
-in one run), the snippet and its exit 0.38 ms with ~50 faults. So the per-run cost is mostly fork and
-copy-on-write, not Python code of ours; ≥ 20× naive needs fewer pages touched per run (Python 3.12's immortal
-objects stop refcount writes to shared objects) or installing the filter once per zygote rather than per run.
+Where a run's CPU goes (2026-12-02, T2 server, 2 workers, print(6 * 7) at concurrency 8, idle machine; /proc CPU
+times per execution): client 0.30 ms, server process 1.10 ms, zygotes 1.21 ms (0.95 of it kernel: fork and the
+copy-on-write faults of its own pages while a child lives), the forked runs 2.08 ms. This machine is a
+Firecracker VM where one copy-on-write fault costs ~4 us: a run takes ~250 of them (~115 before its first line:
+fork's return path and `random`'s at-fork reseed, ~45), so touched pages, not our Python, set the price.
+Floors measured alongside: fork + trivial exec + exit of an interpreter with the light preloads, nothing else,
+~700/s per core (~1,030/s with no preloads: fork and exit cost scales with the parent's anonymous pages); the
+in-process pool without HTTP (printed by this script) ~19x naive; uvicorn + FastAPI with a backend that answers
+at once, 2,260 req/s, of which the hand-off to the run thread costs ~0.36 ms a request (3,770 req/s without it).
 """
 
 from __future__ import annotations
@@ -111,6 +112,34 @@ def start_container(image: str, workers: int) -> tuple[str, int] | None:
     return None
 
 
+def pool_throughput(pool, n: int, concurrency: int) -> float:
+    """The same runs through `sandbox.executor.Pool` in this process: the server's work without HTTP."""
+    from sandbox.executor import RunRequest
+
+    req = RunRequest(CODE, timeout_s=5)
+    per_thread = [n // concurrency + (i < n % concurrency) for i in range(concurrency)]
+
+    def worker(count: int) -> None:
+        for _ in range(count):
+            if pool.run(req).stdout != "42\n":
+                raise RuntimeError("bad answer from the pool")
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool_threads:
+        list(pool_threads.map(worker, per_thread))
+    return n / (time.perf_counter() - start)
+
+
+def start_pool(workers: int):
+    """An in-process pool like the server's (its own slot uids), light zygotes only: the trivial code never
+    names a heavy module."""
+    from sandbox.executor import Pool
+    from sandbox.settings import Settings
+
+    return Pool(Settings.from_env(workers=workers or os.cpu_count(), preload_heavy="", max_sessions=0,
+                                  uid_base=20000 + (os.getpid() % 400) * 100), allow_unsafe=True)
+
+
 def naive_throughput(n: int, concurrency: int) -> float:
     def one(_):
         out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=60)
@@ -136,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4, help="alternating HTTP / naive rounds")
     ap.add_argument("--container", default="alprl/sandbox:latest", help="image for the container figure")
     ap.add_argument("--no-container", action="store_true", help="skip the container figure")
+    ap.add_argument("--no-pool", action="store_true", help="skip the in-process pool figure (no HTTP)")
     args = ap.parse_args(argv)
 
-    totals = {"http": [0, 0.0], "naive_seq": [0, 0.0], "naive_par": [0, 0.0], "container": [0, 0.0]}
+    totals = {"http": [0, 0.0], "naive_seq": [0, 0.0], "naive_par": [0, 0.0], "container": [0, 0.0],
+              "pool": [0, 0.0]}
     started = None if args.no_container else start_container(args.container, args.workers)
     if started is not None:
         container, c_port = started
@@ -150,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         totals[key][0] += n
         totals[key][1] += n / rate
 
+    pool = None if args.no_pool else start_pool(args.workers)
     with start_server(workers=args.workers, max_queue=4 * args.concurrency + 64, max_sessions=0) as server:
         host, port = server.url.removeprefix("http://").rsplit(":", 1)
         info = wait_until_warm(host, int(port))
@@ -162,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
             add("naive_par", m, naive_throughput(m, args.concurrency))
             if started is not None:
                 add("container", n, http_throughput("127.0.0.1", c_port, n, args.concurrency))
+            if pool is not None:
+                add("pool", n, pool_throughput(pool, n, args.concurrency))
+    if pool is not None:
+        pool.close()
     if started is not None:
         subprocess.run(["docker", "rm", "-f", container], capture_output=True)
     http_rate, naive_seq, naive_par = (totals[k][0] / totals[k][1] for k in ("http", "naive_seq", "naive_par"))
@@ -176,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio vs naive sequential:        {http_rate / naive_seq:5.1f}x   (target >= 10x)")
     print(f"ratio vs naive, same concurrency: {http_rate / naive_par:5.1f}x")
     print(f"p50 target <= 5 ms: {'met' if p50 <= 5 else 'NOT met'}")
+    if pool is not None:
+        pool_rate = totals["pool"][0] / totals["pool"][1]
+        print(f"in-process pool without HTTP (sandbox.executor.Pool, same workers): {pool_rate:.1f} exec/s = "
+              f"{pool_rate / naive_seq:.1f}x naive sequential (the ceiling of the HTTP figure)")
     if started is None:
         print("container: not measured (no Docker engine or no image; `make sandbox-image` builds it)")
     else:
