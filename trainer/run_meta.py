@@ -2,7 +2,8 @@
 
 The config names dataset files by path; a path says nothing about the bytes that were there. The metadata records
 a fingerprint of each dataset file (`envs.datasets.fingerprint`, sha256 of the bytes) as training started, the
-alprl version and the start time, so a result can be traced to its data and an edited file is noticed: a resumed
+alprl version, the source commit (when alprl runs from a git checkout: the commit and whether tracked files had
+edits) and the start time, so a result can be traced to its data and code and an edited file is noticed: a resumed
 run whose dataset file changed since the run began says so in one warning (the run goes on: the user may have
 fixed a typo on purpose).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -20,6 +22,7 @@ from envs.datasets import fingerprint
 from trainer.config import TrainConfig
 
 RUN_META_FILE = "run_meta.json"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,21 @@ def _version() -> str:
         return "unknown"
 
 
+def source_commit(root: str | Path = PROJECT_ROOT) -> dict[str, Any] | None:
+    """{"commit", "dirty"} of the git checkout alprl runs from; None outside one (an installed wheel) or without git.
+
+    dirty: tracked files differ from the commit (untracked files, e.g. runs/, do not count)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": dirty}
+
+
 def start_run_meta(run_dir: str | Path, cfg: TrainConfig, resuming: bool) -> dict[str, Any]:
     """Write `<run_dir>/run_meta.json` for a new run and return it; a resumed run keeps the file it started with
     and warns about each dataset file whose bytes differ from what the run began on."""
@@ -51,7 +69,7 @@ def start_run_meta(run_dir: str | Path, cfg: TrainConfig, resuming: bool) -> dic
                             "trains on the file as it is now", key, now[key]["path"], then.get("sha256_16"),
                             now[key]["sha256_16"])
         return meta
-    meta = {"datasets": now, "alprl_version": _version(),
+    meta = {"datasets": now, "alprl_version": _version(), "source": source_commit(),
             "started": datetime.now(UTC).isoformat(timespec="seconds")}
     write_run_meta(run_dir, meta)
     return meta

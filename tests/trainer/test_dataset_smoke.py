@@ -10,7 +10,7 @@ from tiny_tir import SMALL
 
 from envs.datasets import fingerprint
 from trainer.cli import main
-from trainer.run_meta import RUN_META_FILE, read_run_meta
+from trainer.run_meta import RUN_META_FILE, read_run_meta, source_commit
 
 pytestmark = pytest.mark.smoke
 
@@ -46,6 +46,7 @@ def test_train_runs_the_tiny_tir_recipe_on_a_dataset_file(tmp_path, sft_dir, cap
         meta = read_run_meta(where)
         assert meta is not None, f"no {RUN_META_FILE} in {where}"
         assert meta["datasets"] == {"env.dataset": {"path": str(data.resolve()), "sha256_16": fingerprint(data)}}
+        assert meta["source"] == source_commit()  # the code it ran: this checkout's commit (None outside git)
 
 
 def test_train_runs_single_turn_math_from_a_model(tmp_path, sft_dir, capsys):
