@@ -131,13 +131,16 @@ def pool_throughput(pool, n: int, concurrency: int) -> float:
 
 
 def start_pool(workers: int):
-    """An in-process pool like the server's (its own slot uids), light zygotes only: the trivial code never
-    names a heavy module."""
+    """An in-process pool set up as the server's (its own slot uids), measured once its heavy zygotes are up."""
     from sandbox.executor import Pool
     from sandbox.settings import Settings
 
-    return Pool(Settings.from_env(workers=workers or os.cpu_count(), preload_heavy="", max_sessions=0,
+    pool = Pool(Settings.from_env(workers=workers or os.cpu_count(), max_sessions=0,
                                   uid_base=20000 + (os.getpid() % 400) * 100), allow_unsafe=True)
+    deadline = time.monotonic() + 120
+    while pool.info()["warming"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return pool
 
 
 def naive_throughput(n: int, concurrency: int) -> float:

@@ -19,7 +19,8 @@ reference/sandbox.md §5):
   daemons included) and user code cannot see or signal any outside process.
 - "mount" (T2): private mount tree, everything remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm,
   /var/tmp (wiped after each run), a private /proc.
-- "seccomp" (libseccomp present): a syscall filter installed in each child right before user code; ptrace,
+- "seccomp" (libseccomp present): a syscall filter over every run (the light zygote loads it into itself once
+  and its children inherit it; the heavy zygote's children install it right before user code); ptrace,
   process_vm_*, mount/unshare/setns, keyctl, bpf, perf_event_open, userfaultfd, io_uring, kexec, module loading
   and the like fail with EPERM (list: `sandbox.seccomp_layer.DENIED_SYSCALLS`; `info()["seccomp"]`).
 What is NOT isolated: the kernel (the seccomp filter shrinks its reachable surface; no gVisor/VM: a kernel exploit
@@ -132,7 +133,7 @@ class Pool:
         try:
             for i in range(s.worker_count):
                 slot = _Slot(i, uids[i] if uids else None)
-                slot.light = self._spawn(slot, self._preload_of("light"))
+                slot.light = self._spawn(slot, "light")
                 self._slots.append(slot)
             self.info_first = self._slots[0].light.info
             allowed = s.allow_unsafe if allow_unsafe is None else allow_unsafe
@@ -150,11 +151,15 @@ class Pool:
             threading.Thread(target=self._start_heavy, args=(slot,), daemon=True).start()
 
     # ---- zygote management ----------------------------------------------------------------------------
-    def _spawn(self, slot: _Slot, preload: str) -> ZygoteProcess:
-        s = self.settings
+    def _spawn(self, slot: _Slot, which: str) -> ZygoteProcess:
+        """A `which` ("light" or "heavy") zygote for `slot`."""
+        s, preload = self.settings, self._preload_of(which)
+        # The light zygote filters itself once (saves the kernel's ~0.3 ms filter install in every run) where a
+        # heavy zygote exists to take the runs that need per-run mounts (absolute file paths).
         cfg = ZygoteConfig(slot=slot.index, uid=slot.uid, layers=self._requested,
                            preload=tuple(m.strip() for m in preload.split(",") if m.strip()),
-                           tmpfs_mb=s.tmpfs_mb, workdir_root=s.workdir_root)
+                           tmpfs_mb=s.tmpfs_mb, workdir_root=s.workdir_root,
+                           seccomp_once=which == "light" and self._heavy_re is not None)
         return ZygoteProcess(cfg)
 
     def _preload_of(self, which: str) -> str:
@@ -165,7 +170,7 @@ class Pool:
     def _start_heavy(self, slot: _Slot) -> None:
         try:
             if self._heavy_re is not None and not self._closed:
-                heavy = self._spawn(slot, self._preload_of("heavy"))
+                heavy = self._spawn(slot, "heavy")
                 if self._closed:  # the pool closed while this zygote was starting
                     heavy.close(timeout_s=0.5)
                 else:
@@ -206,7 +211,7 @@ class Pool:
         try:
             if old is not None:
                 old.close(timeout_s=0.5)
-            setattr(slot, which, None if self._closed else self._spawn(slot, self._preload_of(which)))
+            setattr(slot, which, None if self._closed else self._spawn(slot, which))
             self.respawns += 1
         except WorkerFailure as exc:
             log.error("could not restart the %s zygote of slot %d: %s", which, slot.index, exc)
@@ -226,7 +231,7 @@ class Pool:
             return ExecutionResult("SandboxError", stderr="no sandbox worker became free in time")
         which = "light"
         try:
-            which, zygote = self._pick(slot, req.code)
+            which, zygote = self._pick(slot, req)
             if zygote is None:
                 return ExecutionResult("SandboxError", stderr="sandbox worker unavailable (restarting)")
             stdin = req.stdin.encode("utf-8", "surrogateescape") if isinstance(req.stdin, str) else req.stdin
@@ -246,8 +251,11 @@ class Pool:
         finally:
             self._release(slot, which)
 
-    def _pick(self, slot: _Slot, code: str) -> tuple[str, ZygoteProcess | None]:
-        if self._heavy_re is not None and self._heavy_re.search(code):
+    def _pick(self, slot: _Slot, req: RunRequest) -> tuple[str, ZygoteProcess | None]:
+        """The heavy zygote for code naming a heavy module, and for absolute file paths (the light one filters
+        itself once, so it cannot mount them into a run); the light one otherwise."""
+        absolute = any(p.startswith("/") for p in (*req.files, *req.fetch_files))
+        if self._heavy_re is not None and (absolute or self._heavy_re.search(req.code)):
             slot.heavy_done.wait(timeout=120)
             if slot.heavy is not None and not slot.heavy.alive:  # died while idle (e.g. killed): replace it now
                 self._revive(slot, "heavy")
@@ -263,7 +271,7 @@ class Pool:
         if old is not None:
             old.kill()
         try:
-            setattr(slot, which, self._spawn(slot, self._preload_of(which)))
+            setattr(slot, which, self._spawn(slot, which))
             self.respawns += 1
         except WorkerFailure as exc:
             log.error("slot %d: cannot restart its %s zygote: %s", slot.index, which, exc)

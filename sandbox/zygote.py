@@ -8,7 +8,9 @@ Layers (see reference/sandbox.md §5): "net" (new network namespace: no interfac
 "pid" (new PID namespace; the zygote becomes its init, so ``kill(-1)`` ends every process of a run and /proc is private),
 "mount" (private mount tree: every mount remounted read-only, fresh size-capped tmpfs on /tmp, /dev/shm, /var/tmp,
 a new /proc), "uid" (runs switch to a dedicated slot uid; needs root), "seccomp" (a syscall filter compiled
-here once, installed by each child as its last step before user code: `sandbox.seccomp_layer`). As non-root,
+here once, installed by each child as its last step before user code: `sandbox.seccomp_layer`; with
+`seccomp_once`, installed in the zygote itself at the end of its set-up and inherited by every child, which then
+cannot bind absolute paths into its run, so such a zygote refuses them). As non-root,
 namespaces come from a user namespace where the kernel allows it.
 
 Run lifecycle: fork → child sets itself up (`sandbox.child`) → wait for exit, a "kill" message or the wall-clock
@@ -69,7 +71,8 @@ class Zygote:
         self.workdir = ""
         self.tmp_dirs: tuple[str, ...] = ()
         self.exposed: list[str] = []
-        self.filter: seccomp_layer.Filter | None = None
+        self.filter: seccomp_layer.Filter | None = None  # set while each child must install it
+        self.seccomp_where = "run"  # where the filter is loaded: "run" (each child) or "zygote" (once, inherited)
         self.amap: AbsoluteMap | None = None
 
     # ---- start-up -------------------------------------------------------------------------------------
@@ -156,15 +159,30 @@ class Zygote:
         return loaded
 
     def setup_seccomp(self) -> None:
-        """Compile the syscall filter once; each child installs it as its last step before user code."""
+        """Compile the syscall filter once; each child installs it as its last step before user code (or, with
+        `seccomp_once`, `install_seccomp_here` loads it into the zygote at the end of its set-up)."""
         if "seccomp" in self.config.layers:
             try:
                 self.filter = seccomp_layer.Filter.build()
-                self.filter.probe()
+                if not self.config.seccomp_once:
+                    self.filter.probe()
                 self.active.add("seccomp")
             except seccomp_layer.SeccompUnavailable as exc:
                 self.filter = None
                 self.errors["seccomp"] = str(exc)
+
+    def install_seccomp_here(self) -> None:
+        """`seccomp_once`: filter the zygote itself, after everything it sets up (it makes no mount, namespace or
+        other denied call from here on), so every child inherits the filter without paying for an install."""
+        if self.filter is None or not self.config.seccomp_once:
+            return
+        try:
+            self.filter.install()
+            self.filter = None  # nothing left for the children to install
+            self.seccomp_where = "zygote"
+        except OSError as exc:
+            self.active.discard("seccomp")
+            self.errors["seccomp"] = f"the kernel refused to load the filter: {exc}"
 
     # ---- serving --------------------------------------------------------------------------------------
     def serve(self, loaded: list[str]) -> int:
@@ -173,7 +191,8 @@ class Zygote:
         atexit._clear()  # handlers registered by preloaded modules must not run in every child
         child.remember_hard_limits()
         child.set_environ(self.workdir)  # once here: the workdir is the same for every run of this zygote
-        self.amap = self.absolute_map()  # the same for every run: computed once
+        # the same for every run: computed once; none under a zygote-wide filter (a per-run bind mount is denied)
+        self.amap = None if self.config.seccomp_once else self.absolute_map()
         child.rebuild_sys_streams()  # once here; children inherit them (fds 0-2 are re-pointed before use)
         self.selector = selectors.DefaultSelector()  # reused by every wait: one epoll for the zygote's life
         self.selector.register(self.sock, selectors.EVENT_READ)
@@ -183,9 +202,12 @@ class Zygote:
             self.selector.register(self.wake_r, selectors.EVENT_READ)
             signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
             signal.signal(signal.SIGCHLD, lambda *_: None)
+        described = self.filter.describe() if self.filter else None
+        self.install_seccomp_here()  # last: every call above may need what the filter denies
         info = {"pid": os.getpid(), "layers": sorted(self.active), "errors": self.errors, "preloaded": loaded,
                 "uid": self.uid, "euid": os.geteuid(), "workdir": self.workdir, "exposed": self.exposed,
-                "seccomp": self.filter.describe() if self.filter else None}
+                "seccomp": {**described, "installed": self.seccomp_where} if "seccomp" in self.active else None,
+                "absolute_paths": self.amap is not None}
         try:
             send(self.sock, "ready", info)
         except OSError:  # the server went away while we were starting

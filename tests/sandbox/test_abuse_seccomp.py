@@ -228,3 +228,50 @@ def test_x32_syscall_numbers_do_not_bypass_the_filter(filtered):
     body = filtered.run(f"import ctypes\nctypes.CDLL(None).syscall(ctypes.c_long({nr}), 0, 0, 0, 0)\nprint('ran')")
     assert body["status"] == "Failed" and body["run_result"]["return_code"] == -31, body  # SIGSYS
     assert body["run_result"]["stdout"] == ""
+
+
+def _seccomp_mode_of(zygote) -> str:
+    """Seccomp: field of the zygote process (under the pid layer, the shim's only child is the zygote)."""
+    pid = zygote.proc.pid
+    if "pid" in zygote.info["layers"]:
+        pid = int(open(f"/proc/{pid}/task/{pid}/children").read().split()[0])
+    return open(f"/proc/{pid}/status").read().split("Seccomp:")[1].split()[0]
+
+
+def test_the_light_zygote_filters_itself_once_and_absolute_paths_go_to_the_heavy_one():
+    pool = Pool(Settings(workers=1, uid_base=fresh_uid_base(), preload="math", preload_heavy="fractions",
+                         heavy_triggers="fractions", max_sessions=0), allow_unsafe=True)
+    try:
+        if "seccomp" not in pool.info()["layers"]:
+            pytest.skip(f"seccomp layer unavailable: {pool.info()['layer_errors'].get('seccomp')}")
+        status = "print(open('/proc/self/status').read().split('Seccomp:')[1].split()[0])\n"
+        light = pool.run(RunRequest(status + probe_code(["unshare"])))
+        heavy = pool.run(RunRequest("import fractions\n" + status + probe_code(["unshare"])))
+        for result in (light, heavy):  # every run is filtered, wherever the filter was loaded
+            assert result.stdout == f"2\nunshare {errno.EPERM}\n", result
+        slot = pool._slots[0]
+        assert slot.light.info["seccomp"]["installed"] == "zygote" and _seccomp_mode_of(slot.light) == "2"
+        assert slot.heavy.info["seccomp"]["installed"] == "run" and _seccomp_mode_of(slot.heavy) == "0"
+        assert pool.info()["seccomp"]["installed"] == "zygote"
+        if "mount" in pool.info()["layers"]:  # a per-run bind mount: only the heavy zygote can make it
+            mapped = pool.run(RunRequest("print(open('/mnt/alprl-in.txt').read())",
+                                         files={"/mnt/alprl-in.txt": b"mapped"}))
+            assert mapped.stdout == "mapped\n", mapped
+    finally:
+        pool.close()
+
+
+def test_without_a_heavy_zygote_the_light_one_installs_per_run_and_maps_absolute_paths():
+    pool = Pool(Settings(workers=1, uid_base=fresh_uid_base(), preload="math", preload_heavy="", max_sessions=0),
+                allow_unsafe=True)
+    try:
+        if "seccomp" not in pool.info()["layers"]:
+            pytest.skip(f"seccomp layer unavailable: {pool.info()['layer_errors'].get('seccomp')}")
+        assert pool.info()["seccomp"]["installed"] == "run" and _seccomp_mode_of(pool._slots[0].light) == "0"
+        assert errnos(pool.run(RunRequest(probe_code(["unshare"]))).stdout) == {"unshare": errno.EPERM}
+        if "mount" in pool.info()["layers"]:
+            mapped = pool.run(RunRequest("print(open('/mnt/alprl-in.txt').read())",
+                                         files={"/mnt/alprl-in.txt": b"mapped"}))
+            assert mapped.stdout == "mapped\n", mapped
+    finally:
+        pool.close()
