@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.metrics import paired_difference  # noqa: E402
-from evaluation.report_figures import COLORS, FIGURES, Figure, RunData, png, series  # noqa: E402
+from evaluation.report_figures import FIGURES, Figure, RunData, png, run_color, series  # noqa: E402
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -39,9 +39,10 @@ def plot_lines(runs: list[RunData], keys: list[str], title: str, ylabel: str) ->
         for key, style in zip(keys, ("-", "--", ":", "-."), strict=False):
             xs, ys = series(run.records, key)
             if xs:
-                color = COLORS[i % len(COLORS)] if len(runs) > 1 else None
+                color = run_color(i, len(runs)) if len(runs) > 1 else None
+                label = key if len(runs) == 1 else run.label if len(keys) == 1 else f"{run.label}: {key}"
                 ax.plot(xs, ys, style if len(runs) > 1 else "-", color=color, marker="o" if len(xs) < 30 else None,
-                        label=f"{run.label}: {key}" if len(runs) > 1 else key)
+                        label=label)
                 drawn = True
     if not drawn:
         plt.close(fig)
@@ -50,7 +51,10 @@ def plot_lines(runs: list[RunData], keys: list[str], title: str, ylabel: str) ->
     ax.set_xlabel("RL step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if len(runs) > 3:  # many overlaid runs: the legend beside the axes, where it covers no curve
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    else:
+        ax.legend(fontsize=8)
     return png(fig)
 
 

@@ -35,6 +35,15 @@ BIN_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
 
+def run_color(i: int, n: int):
+    """The colour of run `i` of `n` overlaid runs: distinct for up to 20 (tab10, then tab20), a colormap past."""
+    if n <= len(COLORS):
+        return COLORS[i % len(COLORS)]
+    if n <= 20:
+        return plt.get_cmap("tab20")(i)
+    return plt.get_cmap("turbo")(i / max(n - 1, 1))
+
+
 @dataclass
 class RunData:
     label: str
@@ -85,7 +94,7 @@ def envelope_over_steps(runs: list[RunData]) -> Figure:
     fig, axes = plt.subplots(1, len(kinds), figsize=(6.4 * len(kinds), 3.6), squeeze=False)
     for ax, kind in zip(axes[0], kinds, strict=True):
         for i, run in enumerate(runs):
-            color = COLORS[i % len(COLORS)]
+            color = run_color(i, len(runs))
             for suffix, style in (("", "-"), ("_last", "--")):
                 lo, hi = (series(run.records, f"diag/ratio_{kind}{suffix}/{s}") for s in ("p2", "p98"))
                 if not lo[0] or lo[0] != hi[0]:
@@ -131,7 +140,7 @@ def envelope_by_bin(runs: list[RunData]) -> Figure:
             for rec, style in ((rows[0], ":"), (rows[-1], "-")) if len(rows) > 1 else ((rows[0], "-"),):
                 lo = [_bin_value(rec, kind, j, "p2") for j in range(len(centers))]
                 hi = [_bin_value(rec, kind, j, "p98") for j in range(len(centers))]
-                color = COLORS[i % len(COLORS)]
+                color = run_color(i, len(runs))
                 name = f"{run.label} " if len(runs) > 1 else ""
                 ax.plot(centers, lo, style, color=color, marker="o", label=f"{name}step {rec['step']}")
                 ax.plot(centers, hi, style, color=color, marker="o")
@@ -162,17 +171,25 @@ def dynamics(runs: list[RunData]) -> Figure:
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    overlaid = len(runs) > 1  # then one legend of runs under the panels: per-panel ones would cover the curves
+    handles: dict[str, Any] = {}
     for ax, (name, per_run) in zip(axes.flat, panels, strict=False):
         for i, (run, keys) in enumerate(per_run):
             for key, style in zip(keys, ("-", "--"), strict=False):
                 xs, ys = series(run.records, key)
-                label = (f"{run.label}: " if len(runs) > 1 else "") + key
-                ax.plot(xs, ys, style, color=COLORS[i % len(COLORS)], marker="o" if len(xs) < 30 else None,
-                        ms=3, label=label)
-        _finish(ax, name, "RL step", "")
+                line, = ax.plot(xs, ys, style, color=run_color(i, len(runs)), marker="o" if len(xs) < 30 else None,
+                                ms=3, label=None if overlaid else key)
+                handles.setdefault(run.label, line)
+        two = next((ks for _, ks in per_run if len(ks) > 1), None)  # a panel of two keys: solid and dashed
+        shown = f"{name} ({two[0].rsplit('/', 1)[-1]} solid, {two[1].rsplit('/', 1)[-1]} dashed)" \
+            if overlaid and two else name
+        _finish(ax, shown, "RL step", "")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.tight_layout()
+    if overlaid:
+        fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=min(4, len(handles)), fontsize=8, frameon=False)
     missing = [name for name, _ in DYNAMICS if name not in {p[0] for p in panels}]
     return Figure(title, png(fig), missing=f"not logged: {', '.join(missing)}" if missing else "")
 
@@ -190,11 +207,11 @@ def sigma_and_dp(runs: list[RunData]) -> Figure:
             xs, ys = series(run.records, key)
             layer = key.removeprefix("perturb/sigma/")
             if len(runs) > 1:
-                ax_s.plot(xs, ys, color=COLORS[i % len(COLORS)], alpha=0.7, label=run.label if j == 0 else None)
+                ax_s.plot(xs, ys, color=run_color(i, len(runs)), alpha=0.7, label=run.label if j == 0 else None)
             else:
                 ax_s.plot(xs, ys, color=COLORS[j % len(COLORS)], label=layer)
         if dp[run.label]:
-            color = COLORS[i % len(COLORS)]
+            color = run_color(i, len(runs))
             xs, ys = series(run.records, dp[run.label])
             ax_d.plot(xs, ys, color=color, marker="o" if len(xs) < 30 else None, ms=3,
                       label=run.label if len(runs) > 1 else "P75")
@@ -281,7 +298,7 @@ def pass_at_k_figure(runs: list[RunData]) -> Figure:
     for i, (run, (step, groups)) in enumerate(found):
         ks, ys = pass_curve(groups)
         name = f"{run.label}, " if len(runs) > 1 else ""
-        ax.plot(ks, ys, marker="o", color=COLORS[i % len(COLORS)], label=f"{name}step {step}, {len(groups)} tasks")
+        ax.plot(ks, ys, marker="o", color=run_color(i, len(runs)), label=f"{name}step {step}, {len(groups)} tasks")
     ax.set_xscale("log", base=2)
     ax.set_ylim(0, 1.02)
     _finish(ax, "pass@k (unbiased estimator)", "k", "pass@k")

@@ -104,3 +104,21 @@ def test_scatter_figure_reads_the_saved_samples(tmp_path):
     assert [s for s, _ in scatter_files(run)] == [1, 4]
     page = write_report(run).read_text()
     assert "Figure 10: trainer vs rollout token probability" in page
+
+
+def test_many_overlaid_runs_get_distinct_colours_and_one_legend_beside_the_panels(monkeypatch):
+    from evaluation import report_figures
+
+    records = [{"step": s, "rollout/reward": 0.1 * s, "diag/entropy": 1.0 / s, "diag/policy_kl_k1": 0.01 * s,
+                "diag/policy_kl_k3": 0.02 * s} for s in (1, 2, 3)]
+    runs = [report_figures.RunData(f"arm{i}", None, records) for i in range(12)]
+    assert len({report_figures.run_color(i, 12) for i in range(12)}) == 12  # the default cycle repeats after 10
+    drawn = []
+    monkeypatch.setattr(report_figures, "png", lambda fig: drawn.append(fig) or "image")
+    assert report_figures.dynamics(runs).image == "image"
+    fig = drawn[0]
+    assert all(ax.get_legend() is None for ax in fig.axes)  # no panel legend covering the curves
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == [f"arm{i}" for i in range(12)]
+    assert any("solid" in ax.get_title() and "dashed" in ax.get_title() for ax in fig.axes)
+    report_figures.plt.close(fig)
