@@ -4,7 +4,8 @@ Reads `<out>/experiment.json` (the plan: arms, cells, comparisons, scale) and ea
 held-out records, `metrics.jsonl` and robustness records (`evaluation/experiment_stats.py` reduces them). Cells not
 finished yet are listed as missing, so a report can be written at any point (`write_experiment_report(out)`). The
 HTML adds a success-with-intervals chart and the run report's figures (evaluation/report_figures.py and the
-training curves of evaluation/report.py) with one line per arm, drawn from the cells of the first seed.
+training curves of evaluation/report.py) with one line per arm, drawn from the cells of the first seed. A last
+table names each cell's source commit (cell.json's, from its run_meta.json), start time, minutes and held-out success.
 """
 
 from __future__ import annotations
@@ -57,6 +58,26 @@ def arm_records(cells: list[dict[str, Any]]) -> dict[str, dict[str, list]]:
     return arms
 
 
+def cell_rows_data(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per finished cell: the code it ran (cell.json's `source`, copied from its run_meta.json; None for cells of
+    older versions or outside git), when it started, its minutes and its final held-out success."""
+    rows = []
+    for cell in cells:
+        source = cell.get("source") or {}
+        rows.append({"cell": cell["cell"], "commit": source.get("commit"), "dirty": source.get("dirty"),
+                     "started": cell.get("started"), "minutes": round(float(cell.get("wall_s", 0)) / 60, 1),
+                     "success": cell.get("final_metrics", {}).get("eval/success")})
+    return rows
+
+
+def cell_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[c["cell"], (c["commit"][:10] + (" (edited)" if c["dirty"] else "")) if c["commit"] else "–",
+             c["started"] or "–", f"{c['minutes']:.1f}", _f(c["success"])] for c in data["cells"]]
+
+
+CELL_HEADER = ["cell", "source commit", "started", "minutes", "held-out success"]
+
+
 def scale_words(plan: dict[str, Any], arms: dict[str, Any]) -> str:
     tasks = max((a["problems"] // max(1, len(a["seeds"])) for a in arms.values()), default=0)
     seeds = len(plan["seeds"])
@@ -91,7 +112,7 @@ def report_data(out: str | Path) -> dict[str, Any]:
             "settings": plan["settings"], "scale_words": words, "arms": arms, "comparisons": comparisons,
             "cells_finished": len(done), "cells_planned": len(plan["cells"]),
             "cells_missing": [c["name"] for c in plan["cells"] if c["name"] not in done],
-            "wall_s": sum(float(c.get("wall_s", 0)) for c in cells)}
+            "wall_s": sum(float(c.get("wall_s", 0)) for c in cells), "cells": cell_rows_data(cells)}
 
 
 def _f(value: Any, fmt: str = ".3f") -> str:
@@ -153,6 +174,8 @@ def markdown(data: dict[str, Any]) -> str:
                   _md_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
     parts += ["## Settings", _md_table(["setting", "overrides"],
                                        [[k, " ".join(v) or "(the recipe's)"] for k, v in data["settings"].items()])]
+    if data["cells"]:
+        parts += ["## Cells", _md_table(CELL_HEADER, cell_rows(data))]
     return "\n\n".join(parts) + "\n"
 
 
@@ -269,6 +292,8 @@ def render_html(out: Path, data: dict[str, Any]) -> str:
         parts += ["<h2>Robustness of the final checkpoints</h2>",
                   _html_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
     parts += figures_html(out, data)
+    if data["cells"]:
+        parts += ["<h2>Cells</h2>", _html_table(CELL_HEADER, cell_rows(data))]
     style = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px 8px}img{max-width:100%}.missing{color:#666}")
     title = html.escape(f"alprl experiment: {data['suite']}")

@@ -20,6 +20,7 @@ from pathlib import Path
 from trainer.config import ConfigError, TrainConfig, build_config
 from trainer.experiment import SCALES, SUITES, Cell, Plan, check_user_overrides, parse_seeds, start_layers
 from trainer.progress import progress_bar
+from trainer.run_meta import read_run_meta
 
 CELL_FILE = "cell.json"
 PLAN_FILE = "experiment.json"
@@ -133,6 +134,8 @@ def run_cell(plan: Plan, cell: Cell) -> dict:
             "seed": cell.seed, "overrides": overrides, "steps": cfg.steps,
             "final_eval": str(final.relative_to(run_dir)) if final else None,
             "final_metrics": {k: v for k, v in results[-1].metrics.items() if k.startswith("eval/")} if results else {}}
+    meta = read_run_meta(run_dir) or {}
+    info |= {"source": meta.get("source"), "started": meta.get("started")}  # the code it ran, and when
     if plan.suite.robustness and plan.scale.robustness_tasks:
         info["robustness"] = robustness_sweep(cfg, run_dir, plan.scale.robustness_tasks)
     info["wall_s"] = round(time.monotonic() - start, 1)

@@ -14,6 +14,7 @@ from evaluation.report import write_report
 from trainer.cli import main, parse_args
 from trainer.experiment import SUITES, thirds
 from trainer.experiment_run import build_plan
+from trainer.run_meta import source_commit
 
 ALP_METHODS = ["grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp"]
 
@@ -101,6 +102,11 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
         assert c["ci_lo"] <= c["diff"] <= c["ci_hi"] and c["verdict"] in ("better", "worse", "inside the noise")
         assert c["summary"].startswith("At this scale") and c["arm"] in c["summary"]
     assert "Paired differences" in (out / "report.md").read_text()
+    # each cell names the code it ran and when (from its run_meta.json), and the report lists them
+    assert [c["cell"] for c in data["cells"]] == [c["name"] for c in json.loads((out / "experiment.json").read_text())
+                                                  ["cells"]]
+    assert all(c["commit"] == (source_commit() or {}).get("commit") and c["started"] for c in data["cells"])
+    assert "## Cells" in (out / "report.md").read_text()
     html = (out / "report.html").read_text()
     assert "Held-out success per arm" in html and "Figure 5: held-out pass@k" in html
 
