@@ -233,7 +233,9 @@ class Pool:
         try:
             which, zygote = self._pick(slot, req)
             if zygote is None:
-                return ExecutionResult("SandboxError", stderr="sandbox worker unavailable (restarting)")
+                return ExecutionResult("SandboxError", stderr=(
+                    "absolute file paths run in the heavy zygote, which cannot start (see the server log); use "
+                    "relative paths" if which == "heavy" else "sandbox worker unavailable (restarting)"))
             stdin = req.stdin.encode("utf-8", "surrogateescape") if isinstance(req.stdin, str) else req.stdin
             spec = RunSpec(limits=limits_for(self.settings, req), fetch_files=tuple(req.fetch_files),
                            max_fetch_bytes=self.settings.max_files_bytes)
@@ -257,10 +259,13 @@ class Pool:
         absolute = any(p.startswith("/") for p in (*req.files, *req.fetch_files))
         if self._heavy_re is not None and (absolute or self._heavy_re.search(req.code)):
             slot.heavy_done.wait(timeout=120)
-            if slot.heavy is not None and not slot.heavy.alive:  # died while idle (e.g. killed): replace it now
-                self._revive(slot, "heavy")
-            if slot.heavy is not None:  # None: it could not start; the light zygote imports on demand
+            if slot.heavy is not None and not slot.heavy.alive or slot.heavy is None and absolute:
+                self._revive(slot, "heavy")  # died while idle (e.g. killed), or missing where only it will do
+            if slot.heavy is not None:
                 return "heavy", slot.heavy
+            if absolute:
+                return "heavy", None
+            # no heavy zygote (it could not start): the light one imports the heavy modules on demand
         if slot.light is None or not slot.light.alive:
             self._revive(slot, "light")
         return "light", slot.light

@@ -275,3 +275,27 @@ def test_without_a_heavy_zygote_the_light_one_installs_per_run_and_maps_absolute
             assert mapped.stdout == "mapped\n", mapped
     finally:
         pool.close()
+
+
+def test_absolute_paths_without_a_heavy_zygote_get_one_clear_error(monkeypatch):
+    # The heavy zygote failing to start (e.g. a broken numpy install) is forced here by making its spawn raise the
+    # error a failed start raises; everything else is real.
+    from sandbox.worker import WorkerFailure
+
+    real_spawn = Pool._spawn
+
+    def spawn(self, slot, which):
+        if which == "heavy":
+            raise WorkerFailure("zygote for slot 0 failed to start: forced")
+        return real_spawn(self, slot, which)
+
+    monkeypatch.setattr(Pool, "_spawn", spawn)
+    pool = Pool(Settings(workers=1, uid_base=fresh_uid_base(), preload="math", preload_heavy="fractions",
+                         heavy_triggers="fractions", max_sessions=0), allow_unsafe=True)
+    try:
+        result = pool.run(RunRequest("print(1)", files={"/mnt/alprl-in.txt": b"x"}))
+        assert result.status == "SandboxError" and "absolute file paths run in the heavy zygote" in result.stderr
+        assert pool.run(RunRequest("import fractions\nprint(2)")).stdout == "2\n"  # heavy code: the light one
+        assert pool.run(RunRequest("print(3)", files={"in.txt": b"x"})).stdout == "3\n"  # relative paths
+    finally:
+        pool.close()
