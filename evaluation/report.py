@@ -65,6 +65,11 @@ PLOTS = [
     (["actor/ppo_kl", "actor/clip_high", "actor/clip_low"], "Policy update", "value"),
     (["rollout/response_len", "rollout/sampled_tokens"], "Response length", "tokens"),
     (["rollout/tool_calls", "rollout/turns"], "Tool use", "per episode"),
+    # GiGPO runs only (trainer/gigpo.py): how many step groups the batch had, and the two advantage levels
+    (["gigpo/anchor_states", "gigpo/anchor_group_size_mean"], "GiGPO anchor states (step groups of ≥ 2)",
+     "states / steps per state"),
+    (["gigpo/anchor_step_frac", "gigpo/step_adv_abs_mean"], "GiGPO: share of steps in an anchor group, and |A^S|",
+     "value"),
 ]
 
 

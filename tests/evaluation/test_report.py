@@ -122,3 +122,15 @@ def test_many_overlaid_runs_get_distinct_colours_and_one_legend_beside_the_panel
     assert [t.get_text() for t in legend.get_texts()] == [f"arm{i}" for i in range(12)]
     assert any("solid" in ax.get_title() and "dashed" in ax.get_title() for ax in fig.axes)
     report_figures.plt.close(fig)
+
+
+def test_gigpo_runs_get_their_anchor_state_plots_and_others_do_not(tmp_path):
+    from report_runs import write_jsonl
+
+    gigpo = tmp_path / "gigpo"
+    write_jsonl(gigpo / "metrics.jsonl", [{"step": s, "rollout/reward": 0.1 * s, "gigpo/anchor_states": 200.0 + s,
+                                           "gigpo/anchor_group_size_mean": 5.5, "gigpo/anchor_step_frac": 0.9,
+                                           "gigpo/step_adv_abs_mean": 0.3} for s in (1, 2, 3)])
+    assert {"GiGPO anchor states (step groups of ≥ 2)", "GiGPO: share of steps in an anchor group, and |A^S|"} \
+        <= set(_images(write_report(gigpo).read_text()))
+    assert not any(t.startswith("GiGPO") for t in _images(write_report(full_run(tmp_path / "grpo")).read_text()))
