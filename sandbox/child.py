@@ -2,8 +2,9 @@
 
 Order (reference/sandbox.md §4): setsid → read the request payload → private workdir → redirect stdio, close
 every other descriptor → setgroups/setgid/setuid (slot uid) → rlimits → chdir → run the code as ``__main__``, in
-the clean environment the zygote set once for its workdir (`set_environ`). (no_new_privs is set once in the zygote and inherited: it cannot be undone.) Anything failing before the snippet starts is a *setup* error, reported on a pipe
-the snippet never sees, so user code can never fake a SandboxError (or hide one).
+the clean environment the zygote set once for its workdir (`set_environ`). (no_new_privs is set once in the zygote
+and inherited: it cannot be undone.) Anything failing before the snippet starts is a *setup* error, reported on a
+pipe the snippet never sees, so user code can never fake a SandboxError (or hide one).
 """
 
 from __future__ import annotations
@@ -113,20 +114,10 @@ def apply_rlimits(limits: Limits, *, nproc: bool) -> None:
     if nproc:  # only meaningful with a dedicated uid: NPROC counts every process of the real uid
         wanted[resource.RLIMIT_NPROC] = (limits.max_processes,) * 2
     for res, (soft, hard) in wanted.items():
-        cur_hard = _hard_limits[res] if res in _hard_limits else resource.getrlimit(res)[1]
+        cur_hard = resource.getrlimit(res)[1]
         if cur_hard != resource.RLIM_INFINITY:
             soft, hard = min(soft, cur_hard), min(hard, cur_hard)
         resource.setrlimit(res, (soft, hard))
-
-
-_hard_limits: dict[int, int] = {}  # filled once in the zygote (`remember_hard_limits`); children inherit it
-
-
-def remember_hard_limits() -> None:
-    """The zygote's hard limits, read once: a child only lowers them, so they bound every run the same way."""
-    for res in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE,
-                resource.RLIMIT_CORE, resource.RLIMIT_MEMLOCK, resource.RLIMIT_NPROC):
-        _hard_limits[res] = resource.getrlimit(res)[1]
 
 
 def reset_process_state() -> None:

@@ -45,6 +45,7 @@ import threading
 from dataclasses import dataclass, field
 
 from sandbox import _linux
+from sandbox.paths import absolute_paths
 from sandbox.protocol import Limits, RunSpec, ZygoteConfig
 from sandbox.sessions import LocalSession, SessionManager
 from sandbox.settings import Settings, SettingsError, tier_of
@@ -256,7 +257,7 @@ class Pool:
     def _pick(self, slot: _Slot, req: RunRequest) -> tuple[str, ZygoteProcess | None]:
         """The heavy zygote for code naming a heavy module, and for absolute file paths (the light one filters
         itself once, so it cannot mount them into a run); the light one otherwise."""
-        absolute = any(p.startswith("/") for p in (*req.files, *req.fetch_files))
+        absolute = bool(absolute_paths(req.files, req.fetch_files))
         if self._heavy_re is not None and (absolute or self._heavy_re.search(req.code)):
             slot.heavy_done.wait(timeout=120)
             if slot.heavy is not None and not slot.heavy.alive or slot.heavy is None and absolute:

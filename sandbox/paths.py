@@ -71,6 +71,11 @@ def host_path(path: str, workdir: str, amap: AbsoluteMap | None) -> tuple[str, s
     return (path, root) if root else (os.path.join(workdir, ABS_ROOT + path), workdir)
 
 
+def absolute_paths(*groups) -> list[str]:
+    """The absolute ones among request paths (`files` keys, `fetch_files`): they need the per-run mount."""
+    return [p for group in groups for p in group if p.startswith("/")]
+
+
 def check_absolute(paths, amap: AbsoluteMap | None) -> None:
     """Refuse absolute paths this run cannot map (before anything is written)."""
     for path in paths:

@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from sandbox.executor import RunRequest
+from sandbox.paths import absolute_paths
 from sandbox.schemas import (
     CommandRunResult,
     ExecuteRequest,
@@ -46,7 +47,7 @@ def _run_request(service: SandboxService, code: str, timeout_s: float, memory_mb
     decoded = decode_files(files)
     if sum(map(len, decoded.values())) > s.max_files_bytes:
         raise HTTPException(422, f"files total more than {s.max_files_bytes} bytes (SANDBOX_MAX_FILES_BYTES)")
-    absolute = [p for p in (*decoded, *fetch_files) if p.startswith("/")]
+    absolute = absolute_paths(decoded, fetch_files)
     if absolute and "mount" not in service.backend.info()["layers"]:
         raise HTTPException(422, f"absolute file path {absolute[0]!r}: this server has no private mount layer to "
                             "map it into the run (see docs/sandbox.md); use a relative path")

@@ -189,7 +189,6 @@ class Zygote:
         _linux.set_no_new_privs()  # inherited by every child, irreversible: no setuid-binary privilege gain
         self.setup_seccomp()
         atexit._clear()  # handlers registered by preloaded modules must not run in every child
-        child.remember_hard_limits()
         child.set_environ(self.workdir)  # once here: the workdir is the same for every run of this zygote
         # the same for every run: computed once; none under a zygote-wide filter (a per-run bind mount is denied)
         self.amap = None if self.config.seccomp_once else self.absolute_map()
