@@ -46,6 +46,9 @@ KNOWN_WARNINGS = (
     ("vllm.triton_utils", "Triton is installed, but doesn't include CPU backend"),
     # allocator / OpenMP preloading hints of vLLM-CPU (a speed hint, not an error)
     ("vllm.v1.worker.cpu_worker", "%s is not found in LD_PRELOAD"),
+    # a CPU with AVX-512 BF16 / AMX: vLLM keeps a Mamba/GDN model's SSM state in float32 unless its GDN kernels
+    # serve it; logged for every model, those without SSM layers (all of alprl's) included
+    ("vllm.platforms", "Reset SSM cache type to float32 for accelerated GDN mamba backend"),
     # alprl posts TokensPrompt requests to LLMEngine.add_request, which vLLM 0.32 still serves as before
     ("vllm.v1.engine.input_processor", "Passing raw prompts to InputProcessor is deprecated"),
     # engine.close() on a busy machine: the worker outlasts vLLM's shutdown grace period and gets SIGTERM, the
