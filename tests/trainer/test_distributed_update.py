@@ -1,13 +1,13 @@
 """Two gloo ranks under FSDP2 train like one process on the same global batch (real torch.distributed, CPU).
 
-Each rank holds half of the GRPO groups; the one-process reference updates the whole batch. Tolerance: 1e-5
-relative on the loss and grad norm, and 2e-6 absolute on every updated weight, 0.2% of the step itself (lr 1e-3;
-AdamW's first step is ±lr per weight), since float summation order differs: the micro-batches and the
-all-reduce add in another order (measured: GRPO 1e-8, Seq-ALP 1.2e-7 at most). Under Seq-ALP the ranks draw other noise (seeded per rank and
-micro-batch) than the one process does, and the sequence-level loss feels it: at σ = 1e-6 two noise draws
-move the loss by ~1e-5 (measured), more than the tolerance. So σ0 = 1e-9 here, under fp32's resolution of h,
-where the draw cannot matter; the whole ALP path still runs (hooks, log σ gradients summed over ranks, its
-AdamW step), and the log σ after the step must be identical on both ranks.
+Each rank holds half of the GRPO groups; the one-process reference updates the whole batch. Tolerance: 1e-5 relative
+on the loss and grad norm, and 2e-6 absolute on every updated weight, 0.2% of the step itself (lr 1e-3; AdamW's
+first step is at most lr per weight), since float summation order differs: the micro-batches and the all-reduce add
+in another order (measured: GRPO 1e-8, Seq-ALP 1.2e-7 at most). Under Seq-ALP the ranks draw other noise (seeded per
+rank and micro-batch) than the one process does, and the sequence-level loss feels it: at σ = 1e-6 two noise draws
+move the loss by ~1e-5 (measured), more than the tolerance. So σ0 = 1e-9 here, under fp32's resolution of h, where
+the draw cannot matter; the whole ALP path still runs (hooks, log σ gradients summed over ranks, its AdamW step),
+and the log σ after the step must be identical on both ranks.
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ def one_step(preset: str, ctx: DistContext, rows: torch.Tensor, *extra: str):
     pert = LayerwisePerturbation(model, "all", 1e-9) if cfg.perturb.enabled else None
     model = shard_policy(model, cfg, ctx)
     groups = [{"params": list(model.parameters())}] + ([pert.param_group(5e-4)] if pert else [])
-    # eps 1e-4: AdamW's first step is lr·g/(|g| + eps), whose slope in g peaks at lr/(4·eps) where |g| = eps, so a
-    # weight whose gradient sits near eps turns a summation-order difference of g into a larger one of the step.
-    # The k_proj biases' gradient is exactly zero (softmax ignores a shift of the keys), theirs is summation noise
-    # ~1e-10: with the default eps 1e-8 that is a ±lr step of either sign; at eps 1e-6 the slope is 250 and one
-    # o_proj weight of the Seq-ALP run stepped 3.7e-6 apart on an AVX-512/AMX CPU; at 1e-4 it is 2.5.
+    # eps 1e-4: AdamW's first step is lr·g/(|g| + eps), whose slope in g, lr·eps/(|g| + eps)², reaches lr/eps as g
+    # goes to 0, so a weight with a tiny gradient turns a summation-order difference of g into a larger one of the
+    # step. The k_proj biases' gradient is exactly zero (softmax ignores a shift of the keys), theirs is summation
+    # noise ~1e-10: with the default eps 1e-8 that is a ±lr step of either sign; at eps 1e-6 (slope up to 1,000) one
+    # o_proj weight of the Seq-ALP run stepped 3.7e-6 apart on an AVX-512/AMX CPU; at 1e-4 the slope is at most 10.
     opt = torch.optim.AdamW(groups, lr=1e-3, eps=1e-4)
     local = batch.select(rows)
     metrics = update_policy(model, opt, local, torch.arange(len(rows)), algo=cfg.algo, temperature=1.0,
