@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ class MetricLogger:
         from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
 
         self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+        _quiet_tensorboard_disk_full()
         self.wandb = None
         if use_wandb:
             try:
@@ -91,6 +93,26 @@ class MetricLogger:
             log.warning("TensorBoard events in %s are cut short: the disk is full", self.run_dir / "tensorboard")
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _quiet_tensorboard_disk_full() -> None:
+    """Keep a full disk in TensorBoard's writer thread from printing a traceback beside the run's one-line error.
+
+    The writer thread stores its write error for the next add_scalar/close (which `MetricLogger` turns into
+    DiskFullError or a warning) and then re-raises it, so `threading.excepthook` would print it a second time.
+    Every other thread exception, and every other error of that thread, still reaches the hook in place.
+    """
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard_disk_full", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        from_tensorboard = type(args.thread).__module__.startswith("tensorboard.")
+        if not (from_tensorboard and is_disk_full(args.exc_value)):
+            previous(args)
+
+    hook.quiets_tensorboard_disk_full = True
+    threading.excepthook = hook
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

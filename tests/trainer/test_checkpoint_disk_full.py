@@ -153,6 +153,8 @@ def _fill(path: Path) -> None:
             assert exc.errno == errno.ENOSPC
 
 
+# TensorBoard's writer thread re-raises the error it stored for add_scalar: unsilenced, it would print a traceback.
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_metrics_record_on_a_full_disk_is_one_error_and_the_file_stays_whole(small_disk):
     from trainer.logger import MetricLogger, read_metrics
 
@@ -173,3 +175,27 @@ def test_a_metrics_record_on_a_full_disk_is_one_error_and_the_file_stays_whole(s
     assert "\n" not in message and "no checkpoint was saved yet" in message and "MB free" in message
     records = read_metrics(run)  # every line left is a whole record
     assert records[0] == {"step": 1, "loss/policy": 0.5}
+
+
+def test_other_thread_errors_still_reach_the_excepthook(tmp_path):
+    """Only TensorBoard's own disk-full error is kept quiet: a full disk in any other thread is still reported."""
+    import threading
+
+    from trainer.logger import MetricLogger
+
+    MetricLogger(tmp_path).close()  # installs the hook
+    seen = []
+    wrapped = threading.excepthook
+    try:
+        threading.excepthook = seen.append  # what the quiet hook wraps next time: install it over this one
+        MetricLogger(tmp_path / "again").close()
+
+        def fails() -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        worker = threading.Thread(target=fails)
+        worker.start()
+        worker.join()
+    finally:
+        threading.excepthook = wrapped
+    assert [type(a.exc_value) for a in seen] == [OSError] and seen[0].thread is worker
