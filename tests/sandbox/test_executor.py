@@ -69,6 +69,23 @@ def test_heavy_modules_route_to_the_preloaded_zygote(local):
     assert local.run("import sympy\nprint(sympy.factor('x**2 - 1'))").stdout == "(x - 1)*(x + 1)\n"
 
 
+RANDOM_STATE = ("import random, sys\n"
+                "print(random.getrandbits(64), random.random(), random.gauss(0, 1), random.gauss(0, 1), "
+                "('sym' + 'py') in sys.modules)")
+
+
+@pytest.mark.parametrize("heavy", [False, True], ids=["light", "heavy"])
+def test_every_run_gets_its_own_random_state(local, heavy):
+    # The zygotes import `random` before forking and reseed it in each child from urandom (a C hook instead of
+    # random.py's): no two runs may share a stream, and gauss works as in a fresh interpreter.
+    code = ("# sympy\n" if heavy else "") + RANDOM_STATE
+    rows = [local.run(code).stdout.split() for _ in range(12)]
+    assert all(row[-1] == str(heavy) for row in rows)  # the comment routes to the heavy zygote
+    for column in range(4):
+        values = [row[column] for row in rows]
+        assert len(set(values)) == len(values), f"column {column} repeats across runs: {values}"
+
+
 def test_limits_are_clamped_to_the_server_maximum():
     s = Settings(max_run_timeout_s=5, default_memory_mb=256, max_memory_mb=512)
     lim = limits_for(s, RunRequest("x", timeout_s=100, memory_limit_mb=-1))
