@@ -79,8 +79,10 @@ CELL_HEADER = ["cell", "source commit", "started", "minutes", "held-out success"
 
 
 def scale_words(plan: dict[str, Any], arms: dict[str, Any]) -> str:
+    """What the finished arms measured (the sentences quote it), not what the plan asks for: an experiment stopped
+    after one of three seeds compares one seed."""
     tasks = max((a["problems"] // max(1, len(a["seeds"])) for a in arms.values()), default=0)
-    seeds = len(plan["seeds"])
+    seeds = max((len(a["seeds"]) for a in arms.values()), default=len(plan["seeds"]))
     return (f"{plan['scale']} scale, {plan['steps']} RL steps, {seeds} seed{'s' if seeds > 1 else ''} × {tasks} "
             "held-out tasks")
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from evaluation.experiment_report import ROBUSTNESS_FIGURE
+from evaluation.experiment_report import ROBUSTNESS_FIGURE, scale_words
 from evaluation.experiment_stats import compare, tag_problems, verdict
 from evaluation.report import write_report
 from trainer.cli import main, parse_args
@@ -78,6 +78,15 @@ def test_verdicts_follow_the_paired_interval():
     assert c["diff"] == pytest.approx(0.5) and c["problems"] == 20 and c["verdict"] == "better"
     assert c["arm_success"] == pytest.approx(0.75) and c["baseline_success"] == pytest.approx(0.25)
     assert compare(tag_problems(records(5), 0), tag_problems(records(15), 0))["verdict"] == "worse"
+
+
+def test_the_summary_names_the_seeds_that_finished_not_the_plans():
+    plan = {"scale": "default", "steps": 10, "seeds": [1, 2, 0]}
+    one_seed = {"grpo/recipe": {"problems": 100, "seeds": [1]}, "sprpo/recipe": {"problems": 100, "seeds": [1]}}
+    assert scale_words(plan, one_seed) == "default scale, 10 RL steps, 1 seed × 100 held-out tasks"
+    two_seeds = {"grpo/recipe": {"problems": 200, "seeds": [1, 2]}, "sprpo/recipe": {"problems": 100, "seeds": [1]}}
+    assert scale_words(plan, two_seeds) == "default scale, 10 RL steps, 2 seeds × 100 held-out tasks"
+    assert scale_words(plan, {}) == "default scale, 10 RL steps, 3 seeds × 0 held-out tasks"
 
 
 def _files_of(cell_dir):
