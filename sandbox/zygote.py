@@ -440,9 +440,8 @@ def import_random_with_c_reseed() -> None:
     """
     if "random" in sys.modules:
         return
-    import functools
-
     import _random
+    import functools
 
     hooks: list[dict] = []
     register = os.register_at_fork
