@@ -303,12 +303,16 @@ def render_html(out: Path, data: dict[str, Any]) -> str:
             f"</head><body>{''.join(parts)}</body></html>")
 
 
-def write_experiment_report(out: str | Path) -> Path:
-    """Write report.json, report.md and report.html into `out`; returns report.html's path."""
+def write_experiment_report(out: str | Path, *, html_too: bool = True) -> Path:
+    """Write report.json, report.md and (html_too) report.html into `out`; returns report.html's path.
+
+    Without html_too it draws no figure: cheap enough to run after every cell, so a killed experiment keeps a
+    report of the cells it finished."""
     out = Path(out)
     data = report_data(out)
     (out / "report.json").write_text(json.dumps(data, indent=2))
     (out / "report.md").write_text(markdown(data))
     path = out / "report.html"
-    path.write_text(render_html(out, data))
+    if html_too:
+        path.write_text(render_html(out, data))
     return path

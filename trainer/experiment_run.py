@@ -158,6 +158,7 @@ def run_experiment(plan: Plan, show_progress: bool = True) -> Path:
                       completed=len(plan.cells) - len(todo), enabled=show_progress) as bar:
         for cell in todo:
             info = run_cell(plan, cell)
+            write_experiment_report(plan.out, html_too=False)  # json + md of the cells so far: a kill keeps them
             bar.advance(success=info["final_metrics"].get("eval/success", float("nan")))
     return write_experiment_report(plan.out)
 

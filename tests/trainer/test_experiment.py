@@ -11,6 +11,7 @@ import pytest
 from evaluation.experiment_report import ROBUSTNESS_FIGURE, scale_words
 from evaluation.experiment_stats import compare, tag_problems, verdict
 from evaluation.report import write_report
+from trainer import experiment_run
 from trainer.cli import main, parse_args
 from trainer.experiment import SUITES, thirds
 from trainer.experiment_run import build_plan
@@ -94,7 +95,7 @@ def _files_of(cell_dir):
 
 
 @pytest.mark.smoke
-def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, capsys):
+def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, capsys, monkeypatch):
     out = tmp_path / "alp"
     argv = ["experiment", "alp", "--scale", "smoke", "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
     assert main(argv) == 0, capsys.readouterr().err
@@ -126,6 +127,27 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     (half_done / "left_by_the_kill.txt").write_text("partial")
     shutil.rmtree(never_started)
     before = {cell: _files_of(cell) for cell in kept}
+    # A second kill, after the rerun's first cell: report.json / report.md already cover the cells finished so far.
+    for name in ("report.html", "report.json", "report.md"):
+        (out / name).unlink()
+    real_run_cell, calls = experiment_run.run_cell, []
+
+    def killed_after_one_cell(plan, cell):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(cell.name)
+        return real_run_cell(plan, cell)
+
+    monkeypatch.setattr(experiment_run, "run_cell", killed_after_one_cell)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    monkeypatch.setattr(experiment_run, "run_cell", real_run_cell)
+    partial = json.loads((out / "report.json").read_text())
+    assert len(calls) == 1 and calls[0] in (half_done.name, never_started.name)
+    (left,) = {half_done.name, never_started.name} - set(calls)
+    assert partial["cells_missing"] == [left] and partial["cells_finished"] == 5
+    assert f"(missing: {left})" in (out / "report.md").read_text()
+    assert not (out / "report.html").exists()  # figures are drawn once, when the experiment ends
     assert main(argv) == 0, capsys.readouterr().err
     assert {cell: _files_of(cell) for cell in kept} == before  # finished cells untouched
     for cell in (half_done, never_started):
