@@ -304,7 +304,8 @@ def render_html(out: Path, data: dict[str, Any]) -> str:
 
 
 def write_experiment_report(out: str | Path, *, html_too: bool = True) -> Path:
-    """Write report.json, report.md and (html_too) report.html into `out`; returns report.html's path.
+    """Write report.json, report.md and (html_too) report.html into `out`; returns report.html's path (written
+    only with html_too).
 
     Without html_too it draws no figure: cheap enough to run after every cell, so a killed experiment keeps a
     report of the cells it finished."""
