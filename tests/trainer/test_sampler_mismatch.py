@@ -1,4 +1,5 @@
-"""trainer/sampler_mismatch.py: the dialled sampler mismatch (fake quantization, sampler dtype, policy lag).
+"""trainer/sampler_mismatch.py: the dialled sampler mismatch (fake quantization, sampler dtype, policy lag), and
+the older staleness knob beside them (mini-batch updates a rollout batch).
 
 Unit tests push into a recording engine; the smoke tests run the real loop on the tiny TIR warm start (HF engine,
 fixed seeds, so every number is deterministic) and read the rollout→trainer KL it logs: `rollout_corr/k3_kl`, the
@@ -137,6 +138,22 @@ def test_policy_lag_raises_the_rollout_kl_monotonically(tmp_path, sft_dir):
     assert [r["mismatch/policy_lag_effective"] for r in runs[2]] == [0.0, 1.0, 2.0, 2.0, 2.0]
     assert all(r["mismatch/policy_lag"] == 2.0 for r in runs[2])
     assert runs[1][0]["rollout_corr/k3_kl"] == runs[0][0]["rollout_corr/k3_kl"]  # step 1: the same start weights
+
+
+@pytest.mark.smoke
+def test_more_minibatches_a_rollout_batch_raise_the_sampler_trainer_kl_monotonically(tmp_path, sft_dir):
+    """K mini-batch steps on one rollout batch: the last mini-batch learns from data sampled K - 1 updates ago, and
+    the step ends K updates from the sampler. With an fp32 sampler (μ = π_θold), `diag/policy_kl_k3` is the k3
+    KL(μ ‖ π_θ) after the step and r_byp = π_θ/μ at the last mini-batch is that mini-batch's sampler-trainer
+    ratio; both grow with K. Same lr and entropy bonus as the policy-lag test, so every step has a gradient."""
+    runs = {k: _train(tmp_path, sft_dir, f"mb{k}", f"optim.num_minibatches={k}", "optim.lr=3e-4",
+                      "algo.entropy_coef=0.02", steps=2) for k in (1, 2, 4)}
+    kl = [sum(r["diag/policy_kl_k3"] for r in runs[k]) / 2 for k in (1, 2, 4)]
+    spread = [sum(r["diag/ratio_byp_last/p98"] - r["diag/ratio_byp_last/p2"] for r in runs[k]) / 2 for k in (1, 2, 4)]
+    print("k3 KL(mu || pi after the step) at 1/2/4 mini-batches:", kl, "last r_byp P98-P2:", spread)
+    assert 0 < kl[0] and kl[1] > 1.5 * kl[0] and kl[2] > 1.5 * kl[1]
+    assert spread[0] < 1e-5 < spread[1] < spread[2]  # one mini-batch: θ = θ_old = μ, so r_byp = 1
+    assert all(r["rollout_corr/k3_kl"] < 1e-9 for k in (1, 2, 4) for r in runs[k][:1])  # step 1: the same start
 
 
 @pytest.mark.smoke
