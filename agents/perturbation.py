@@ -2,7 +2,10 @@
 
 During the update forward only, each selected decoder layer l sees `h̃_l = h_l + σ_l·ε_l` at its input,
 before its input norm, so the noise also enters the residual stream; `σ_l = exp(s_l)` with one learnable
-scalar `s_l` per layer. Usage (the only place in alprl that touches hidden states):
+scalar `s_l` per layer. With `sigma_mode="relative"` the noise is `σ_l·rms(h_l)·ε_l` instead, rms over the hidden
+size per token and detached (the robustness evaluator's convention, evaluation/robustness.py), so σ0 = 0.01 is 1%
+of the hidden state on any model; the paper's σ is absolute, and its meaning depends on the model's hidden-state
+scale. Usage (the only place in alprl that touches hidden states):
 
     pert = LayerwisePerturbation(model, layers="all", sigma_init=1e-6)
     optimizer = AdamW([*policy_groups, pert.param_group(lr=5e-4, weight_decay=0.01)])
@@ -27,7 +30,11 @@ scalar `s_l` per layer. Usage (the only place in alprl that touches hidden state
   `backward()` inside `active()` so a re-run hook is still attached.
 - `s_l` lives in this module, never in the model: `model.state_dict()`, `save_pretrained` and weight
   sync never see it. Hooks are attached only inside `active()` and always removed (also on exceptions).
-- Logits-only ablation [R]: `z̃ = z + σ_z·ε` on the LM-head output (before temperature), one σ_z.
+- Logits-only ablation [R]: `z̃ = z + σ_z·ε` on the LM-head output (before temperature), one σ_z
+  (relative mode: rms over the vocabulary per token).
+- `perturb/rel_noise/*`: the realized noise rms(h̃ − h)/rms(h) per layer, averaged over tokens, measured in h's
+  dtype on the first micro-batch after each `metrics()` call: σ0 itself in relative mode (up to ε's own rms), and
+  what an absolute σ0 means on this model, 0 where bf16 rounds it away.
 - Departures from the ALP code: explicit context manager instead of a `module.training` gate (the
   multi-turn patch also noised the old-log-prob pass); layers are hooked, not patched classes.
 
@@ -46,6 +53,7 @@ from torch import Tensor, nn
 from envs.splits import derive_seed
 
 EFFECTIVE_SAMPLE = 4096  # elements per layer call checked for h̃ ≠ h (perturb/effective_frac)
+SIGMA_MODES = ("absolute", "relative")
 
 
 def noise_seed(k: int, rank: int = 0) -> int:
@@ -98,26 +106,38 @@ def _keeps_noise(h: Tensor) -> bool:
     return h.device.type == "cpu"
 
 
+def token_rms(h: Tensor) -> Tensor:
+    """rms(h) over the last (hidden) dimension per token, in fp32 (fp64 for fp64 h), detached: (..., D) → (..., 1)."""
+    return h.detach().to(torch.promote_types(h.dtype, torch.float32)).pow(2).mean(-1, keepdim=True).sqrt()
+
+
+def _scaled_noise(like: Tensor, seed: int, gen: torch.Generator, rms: Tensor | None) -> Tensor:
+    """ε(seed), times rms(h) per token in relative mode (rms (..., 1) or None), in like's dtype."""
+    eps = _noise(like, seed, gen)
+    return eps if rms is None else (eps.to(rms.dtype) * rms).to(like.dtype)
+
+
 class _AddSeededNoise(torch.autograd.Function):
-    """h̃ = h + σ·ε(seed) with ε regenerated in backward instead of saved (accelerators: memory is the cost)."""
+    """h̃ = h + σ·[rms(h)·]ε(seed) with ε regenerated in backward instead of saved (accelerators: memory is the
+    cost); the per-token rms (N, 1) is small and kept."""
 
     @staticmethod
-    def forward(ctx, h: Tensor, sigma: Tensor, seed: int, gen: torch.Generator) -> Tensor:
-        ctx.save_for_backward(sigma)
+    def forward(ctx, h: Tensor, sigma: Tensor, seed: int, gen: torch.Generator, rms: Tensor | None) -> Tensor:
+        ctx.save_for_backward(sigma, rms)
         ctx.seed, ctx.gen = seed, gen
-        return torch.addcmul(h, _noise(h, seed, gen), sigma.to(h.dtype))  # one fused kernel, no σ·ε temporary
+        return torch.addcmul(h, _scaled_noise(h, seed, gen, rms), sigma.to(h.dtype))  # one fused kernel
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+    def backward(ctx, grad_out: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
         grad_sigma = None
         if ctx.needs_input_grad[1]:
-            (sigma,) = ctx.saved_tensors
-            eps = _noise(grad_out, ctx.seed, ctx.gen)  # same seed, shape, dtype and device: the forward's ε
-            g, e = grad_out.reshape(-1), eps.reshape(-1)  # (N·D,)
+            sigma, rms = ctx.saved_tensors
+            noise = _scaled_noise(grad_out, ctx.seed, ctx.gen, rms)  # same seed, shape, dtype: the forward's
+            g, e = grad_out.reshape(-1), noise.reshape(-1)  # (N·D,)
             if g.dtype not in (torch.float32, torch.float64):  # accumulate bf16/fp16 products in fp32
                 g, e = g.float(), e.float()
-            grad_sigma = torch.dot(g, e).to(sigma.dtype)  # Σ(∂L/∂h̃ ⊙ ε), no product tensor
-        return grad_out, grad_sigma, None, None
+            grad_sigma = torch.dot(g, e).to(sigma.dtype)  # Σ(∂L/∂h̃ ⊙ [rms·]ε), no product tensor
+        return grad_out, grad_sigma, None, None, None
 
 
 class LayerwisePerturbation(nn.Module):
@@ -126,13 +146,17 @@ class LayerwisePerturbation(nn.Module):
     model: the HF causal LM (held by reference, never registered as a submodule).
     layers: `all` or inclusive ranges (`0-5,12-17`); ignored with `logits_only`.
     sigma_init: σ0 ≥ 0; 0 gives σ ≡ 0 exactly (only with learnable=False: AdamW decay would turn −inf to NaN).
+    sigma_mode: `absolute` (the paper's: noise σ·ε) or `relative` (σ·rms(h)·ε, rms per token, detached).
     """
 
     def __init__(self, model: nn.Module, layers: str | list[int] = "all", sigma_init: float = 1e-6,
-                 learnable: bool = True, logits_only: bool = False) -> None:
+                 learnable: bool = True, logits_only: bool = False, sigma_mode: str = "absolute") -> None:
         super().__init__()
         if sigma_init < 0 or (learnable and sigma_init == 0):
             raise ValueError(f"perturb.sigma_init must be > 0 (or 0 with learnable=false), got {sigma_init}")
+        if sigma_mode not in SIGMA_MODES:
+            raise ValueError(f"perturb.sigma_mode={sigma_mode!r}; valid: {', '.join(SIGMA_MODES)}")
+        self.relative = sigma_mode == "relative"
         self._model = [model]  # a list, so the model is not a submodule and its weights stay out of ours
         self.logits_only = logits_only
         if logits_only:
@@ -149,6 +173,7 @@ class LayerwisePerturbation(nn.Module):
         self._active = False
         self._gens: dict[torch.device, torch.Generator] = {}  # one per device, re-seeded at every draw
         self._checked, self._changed = 0, 0  # Python int; a device tensor once counted (no host sync per call)
+        self._rel_noise: dict[int, Tensor] = {}  # slot → realized rms(h̃ − h)/rms(h), on the device until metrics()
         self._check_pending = True  # the first micro-batch after metrics() samples h̃ ≠ h, the rest skip it
         self._checking = False
 
@@ -167,10 +192,11 @@ class LayerwisePerturbation(nn.Module):
         if gen is None:
             gen = self._gens[h.device] = torch.Generator(device=h.device)
         sigma = self.log_sigma[slot].exp().to(h.device)  # ()
-        if _keeps_noise(h):  # ε kept for backward; autograd's C++ backward of addcmul gives Σ(∂L/∂h̃ ⊙ ε)
-            out = torch.addcmul(h, _noise(h, seed, gen), sigma.to(h.dtype))
+        rms = token_rms(h) if self.relative else None  # (..., 1)
+        if _keeps_noise(h):  # ε kept for backward; autograd's C++ backward of addcmul gives Σ(∂L/∂h̃ ⊙ [rms·]ε)
+            out = torch.addcmul(h, _scaled_noise(h, seed, gen, rms), sigma.to(h.dtype))
         else:
-            out = _AddSeededNoise.apply(h, sigma, seed, gen)
+            out = _AddSeededNoise.apply(h, sigma, seed, gen, rms)
         if not self._checking:  # the check's small ops cost ~2% of a step at hidden 128 if run every call
             return out
         with torch.no_grad():  # σ0 = 1e-6 under bf16 rounds back to h: count how often it does not
@@ -178,6 +204,8 @@ class LayerwisePerturbation(nn.Module):
             flat_h = h.reshape(-1)[::step]  # (≤ EFFECTIVE_SAMPLE,)
             self._checked += flat_h.numel()
             self._changed = self._changed + flat_h.ne(out.reshape(-1)[::step]).sum()  # on the device until metrics()
+            realized = token_rms(out - h) / (rms if rms is not None else token_rms(h)).clamp_min(1e-30)  # (..., 1)
+            self._rel_noise[slot] = realized.mean()
         return out
 
     def _layer_hook(self, slot: int, seed: int):
@@ -228,6 +256,10 @@ class LayerwisePerturbation(nn.Module):
         out["perturb/grad_log_sigma_norm"] = grad.norm().item() if grad is not None else 0.0
         if self._checked:
             out["perturb/effective_frac"] = int(self._changed) / self._checked
-        self._checked, self._changed = 0, 0
+        if self._rel_noise:
+            rel = {slot: float(v) for slot, v in sorted(self._rel_noise.items())}
+            out |= {f"perturb/rel_noise/{names[slot]}": v for slot, v in rel.items()}
+            out["perturb/rel_noise_mean"] = sum(rel.values()) / len(rel)
+        self._checked, self._changed, self._rel_noise = 0, 0, {}
         self._check_pending = True
         return out

@@ -99,7 +99,7 @@ def build_perturbation(model: torch.nn.Module, cfg: TrainConfig) -> LayerwisePer
     if not cfg.perturb.enabled:
         return None
     p = cfg.perturb
-    return LayerwisePerturbation(model, p.layers, p.sigma_init, p.learnable, p.logits_only)
+    return LayerwisePerturbation(model, p.layers, p.sigma_init, p.learnable, p.logits_only, p.sigma_mode)
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig,

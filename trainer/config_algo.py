@@ -129,6 +129,10 @@ class PerturbConfig:
     """Ablation: perturb only the final logits (one σ), not hidden states; `layers` is then ignored."""
     sigma_init: float = 1e-6
     """σ0, the initial noise scale (log σ = log σ0); the ALP TIR recipe uses 1e-6, single-turn 0.02."""
+    sigma_mode: str = "absolute"
+    """absolute: noise σ_l·ε (the paper's; its meaning depends on the model's hidden-state scale) | relative:
+    σ_l·rms(h_l)·ε, rms over the hidden size per token, detached, so σ0 = 0.01 is 1% of the hidden state on any
+    model (the robustness evaluator's convention)."""
     learnable: bool = True
     """Learn log σ_l from the RL loss (own AdamW param group); false keeps σ fixed."""
     lr: float = 5e-4

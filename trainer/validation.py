@@ -48,7 +48,7 @@ from agents.engines.vllm import VLLM_DTYPES
 from agents.env_families import BY_ID as ENV_FAMILIES
 from agents.env_families import problem_count
 from agents.models import resolve_local
-from agents.perturbation import parse_layers
+from agents.perturbation import SIGMA_MODES, parse_layers
 from agents.projection import PROJECTIONS
 from envs.datasets import LAYOUT_NAMES, DatasetError
 from envs.household.expert import SEARCH_ORDERS
@@ -187,7 +187,8 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("env.id", e.id, list(ENV_FAMILIES), "an alprl env id"),
             *_choice("env.style", e.style, list(STYLES), "a TIR style"),
             *_choice("env.action_projection", e.action_projection, PROJECTIONS, "an action projection"),
-            *_choice("env.expert_search", e.expert_search, SEARCH_ORDERS, "an expert search order")]
+            *_choice("env.expert_search", e.expert_search, SEARCH_ORDERS, "an expert search order"),
+            *_choice("perturb.sigma_mode", cfg.perturb.sigma_mode, list(SIGMA_MODES), "a noise scale mode")]
 
 
 def _distributed_rules(cfg: Any) -> list[str]:
@@ -378,6 +379,9 @@ def _perturb_rules(cfg: Any) -> list[str]:
     if p.sprpo_adaptive and not (p.enabled and not p.learnable and not p.logits_only):
         out.append("perturb.sprpo_adaptive=true needs perturb.enabled=true, perturb.learnable=false and "
                    "perturb.logits_only=false (σ is allocated per decoder layer, not learned)")
+    if p.sprpo_adaptive and p.sigma_mode != "absolute":
+        out.append("perturb.sprpo_adaptive=true allocates absolute σ_l from each layer's measured rms(h_l); "
+                   "set perturb.sigma_mode=absolute")
     try:  # syntax only: the range needs the model's layer count (validate_model_shape)
         parse_layers(p.layers, 1 << 16)
     except ValueError:

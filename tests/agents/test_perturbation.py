@@ -307,3 +307,105 @@ def test_effective_fraction_samples_the_first_micro_batch_after_each_metrics_cal
     with pert.active(seed=2):  # a new step checks again
         model(input_ids=IDS)
     assert pert._checked == checked_once
+
+
+def _wide_model(hidden: int):
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=64, hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, intermediate_size=2 * hidden)
+    return Qwen2ForCausalLM(cfg).train()
+
+
+LONG_IDS = torch.randint(0, 64, (8, 32), generator=torch.Generator().manual_seed(2))  # 256 tokens
+
+
+def _measured_relative_noise(model, pert, seed=4):
+    """rms(h̃ − h)/rms(h) per token at layer 0's input (the embedding, the same with and without noise),
+    measured by hooks of the test's own, averaged over tokens."""
+    seen = {}
+    layer0 = decoder_layers(model)[0]
+
+    def record(module, args, kwargs):
+        seen["h"] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
+
+    with layer0.register_forward_pre_hook(record, with_kwargs=True):
+        model(input_ids=LONG_IDS)
+    clean = seen["h"]
+    with pert.active(seed=seed), layer0.register_forward_pre_hook(record, with_kwargs=True):  # runs after the noise
+        model(input_ids=LONG_IDS)
+    return ((seen["h"] - clean).pow(2).mean(-1).sqrt() / clean.pow(2).mean(-1).sqrt()).mean().item()
+
+
+@pytest.mark.parametrize("hidden", [32, 256])
+def test_relative_sigma_is_that_share_of_the_hidden_state_on_any_width(hidden):
+    # σ0 = 0.01 in relative mode adds noise of 1% of rms(h) per token on a narrow and a wide model, while the
+    # same absolute σ0 means a different share on each (their hidden-state scales differ)
+    model = _wide_model(hidden)
+    pert = LayerwisePerturbation(model, sigma_init=0.01, sigma_mode="relative")
+    assert _measured_relative_noise(model, pert) == pytest.approx(0.01, rel=0.05)
+    metrics = pert.metrics()
+    for layer in range(2):
+        assert metrics[f"perturb/rel_noise/layer_{layer}"] == pytest.approx(0.01, rel=0.05)
+    assert metrics["perturb/sigma/layer_0"] == pytest.approx(0.01)  # σ itself is the relative scale
+
+    absolute = LayerwisePerturbation(model, sigma_init=0.01)
+    with absolute.active(seed=4):
+        model(input_ids=LONG_IDS)
+    rms0 = model.get_input_embeddings()(LONG_IDS).pow(2).mean(-1).sqrt()  # (8, 32) layer 0's rms(h)
+    realized = absolute.metrics()["perturb/rel_noise/layer_0"]
+    assert realized == pytest.approx((0.01 / rms0).mean().item(), rel=0.05)
+
+
+@pytest.mark.parametrize("mode", ["absolute", "relative"])
+def test_zero_sigma_is_bit_identical_to_the_unperturbed_loss_in_both_modes(mode):
+    rollout = _logp(_model()).detach() + 0.05
+    mask = torch.ones_like(rollout)
+    adv = torch.tensor([[1.0], [-1.0], [0.5]]) * mask
+    loss_fn = get_policy_loss("bypass")
+    grads = []
+    for perturbed in (False, True):
+        model = _model()
+        pert = LayerwisePerturbation(model, sigma_init=0.0, learnable=False, sigma_mode=mode)
+        with pert.active(seed=11) if perturbed else torch.enable_grad():
+            per_token, _ = loss_fn(_logp(model), rollout, rollout, adv, mask, upd_level="token", clip_low=0.2,
+                                   clip_high=0.28)
+            loss = aggregate(per_token, mask)
+            loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert torch.equal(grads[0][0], grads[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(grads[0][1], grads[1][1], strict=True))
+
+
+def test_relative_log_sigma_gradient_matches_finite_differences_on_both_paths(monkeypatch):
+    # ∂L/∂s_l with the rms factor: autograd (CPU keeps the scaled noise) = the redrawing accelerator path =
+    # a central finite difference in float64 for the last layer. rms(h) is detached by design, so for an earlier
+    # layer the difference also moves the rms of the layers after it, which the gradient leaves out on purpose.
+    import agents.perturbation as module
+
+    model = _model(torch.float64)
+    pert = LayerwisePerturbation(model, sigma_init=0.05, sigma_mode="relative").double()
+    adv = torch.tensor([[1.0], [-1.0], [0.5]]).double()
+
+    def loss_at(seed=5):
+        with pert.active(seed=seed):
+            return -(adv * _logp(model)).mean()
+
+    loss_at().backward()
+    grad = pert.log_sigma.grad.clone()
+    h, last = 1e-3, 1
+    with torch.no_grad():
+        pert.log_sigma[last] += h
+        up = loss_at().item()
+        pert.log_sigma[last] -= 2 * h
+        down = loss_at().item()
+        pert.log_sigma[last] += h
+    assert (grad != 0).all() and grad[last].item() == pytest.approx((up - down) / (2 * h), rel=1e-3)
+    monkeypatch.setattr(module, "_keeps_noise", lambda h: False)  # the CUDA-only path, forced on CPU
+    pert.log_sigma.grad = None
+    loss_at().backward()
+    assert torch.allclose(pert.log_sigma.grad, grad, rtol=1e-12, atol=0)
+
+
+def test_an_unknown_sigma_mode_is_refused():
+    with pytest.raises(ValueError, match="sigma_mode='percent'.*absolute, relative"):
+        LayerwisePerturbation(_model(), sigma_init=0.01, sigma_mode="percent")
