@@ -18,9 +18,16 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
+from evaluation.experiment_figures import (  # noqa: E402
+    ROBUSTNESS_FIGURE,
+    SIGMA_FIGURE,
+    robustness_chart,
+    sigma_response_chart,
+    success_chart,
+)
 from evaluation.experiment_stats import (  # noqa: E402
+    PERTURBATION_KEYS,  # noqa: E402
     arm_summary,
     compare,
     read_jsonl,
@@ -30,7 +37,7 @@ from evaluation.experiment_stats import (  # noqa: E402
     training_summary,
 )
 from evaluation.report import PLOTS, plot_lines  # noqa: E402
-from evaluation.report_figures import FIGURES, RunData, png  # noqa: E402
+from evaluation.report_figures import FIGURES, RunData  # noqa: E402
 
 CELL_FILE = "cell.json"
 
@@ -150,6 +157,26 @@ def robustness_rows(data: dict[str, Any]) -> list[list[str]]:
             for name, a in data["arms"].items() for r in a.get("robustness", [])]
 
 
+PERTURBATION_HEADER = ["arm", "realized noise rms(h̃−h)/rms(h)", "|Δp| P75", "|Δp| P99", "sampler |π_old−μ| P75",
+                       "(P99)", "σ drift (last/first)", "loss ratio P2 (min)", "P98 (max)", "held-out success"]
+
+
+def perturbation_rows(data: dict[str, Any]) -> list[list[str]]:
+    """ALP's perturbation beside the sampler's own mismatch, per arm (means over steps and cells); none when no arm
+    was perturbed."""
+    arms = data["arms"]
+    if not any(a["training"].get(k) is not None for a in arms.values() for k in PERTURBATION_KEYS):
+        return []
+    rows = []
+    for name, a in arms.items():
+        t = a["training"]
+        rows.append([name, _f(t.get("rel_noise_mean"), ".2e"), _f(t.get("dp_p75_mean"), ".2e"),
+                     _f(t.get("dp_p99_mean"), ".2e"), _f(t.get("mismatch_dp_p75_mean"), ".2e"),
+                     _f(t.get("mismatch_dp_p99_mean"), ".2e"), _f(t.get("sigma_drift"), ".4f"),
+                     _f(t.get("ratio_p2_min")), _f(t.get("ratio_p98_max")), _f(a["success"])])
+    return rows
+
+
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
@@ -174,66 +201,14 @@ def markdown(data: dict[str, Any]) -> str:
     if robustness_rows(data):
         parts += ["## Robustness of the final checkpoints",
                   _md_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
+    if perturbation_rows(data):
+        parts += ["## The perturbation against the sampler's mismatch", _md_table(PERTURBATION_HEADER,
+                                                                                  perturbation_rows(data))]
     parts += ["## Settings", _md_table(["setting", "overrides"],
                                        [[k, " ".join(v) or "(the recipe's)"] for k, v in data["settings"].items()])]
     if data["cells"]:
         parts += ["## Cells", _md_table(CELL_HEADER, cell_rows(data))]
     return "\n\n".join(parts) + "\n"
-
-
-def success_chart(data: dict[str, Any]) -> str | None:
-    """Held-out success per arm with its 95% interval (PNG, base64)."""
-    arms = data["arms"]
-    if not arms:
-        return None
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(arms)), 3.4))
-    names = list(arms)
-    means = [arms[n]["success"] for n in names]
-    errs = [[m - arms[n]["ci_lo"] for n, m in zip(names, means, strict=True)],
-            [arms[n]["ci_hi"] - m for n, m in zip(names, means, strict=True)]]
-    ax.bar(range(len(names)), means, yerr=errs, capsize=4, color="#4c72b0")
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("held-out success")
-    ax.set_title(f"Held-out success, 95% interval ({data['scale_words']})", fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
-    return png(fig)
-
-
-ROBUSTNESS_FIGURE = "Robustness sweep: success per family and scale"
-
-
-def robustness_chart(data: dict[str, Any]) -> str | None:
-    """Success with its 95% interval against perturbation scale, one panel per family, one line per arm (PNG,
-    base64); the clean success is each line's first point (noise, prune) or a dashed level (quant)."""
-    arms = {name: a["robustness"] for name, a in data["arms"].items() if a.get("robustness")}
-    families = [f for f in ("noise", "prune", "quant") if any(r["family"] == f for rows in arms.values() for r in rows)]
-    if not families:
-        return None
-    fig, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.4), squeeze=False)
-    for ax, family in zip(axes[0], families, strict=True):
-        for i, (name, rows) in enumerate(arms.items()):
-            clean = next((r for r in rows if r["family"] == "clean"), None)
-            points = [r for r in rows if r["family"] == family]
-            if family != "quant" and clean is not None:
-                points = [clean, *points]
-            xs = range(len(points)) if family == "quant" else [float(r["scale"]) for r in points]
-            ys = [r["success"] for r in points]
-            err = [[y - r["ci_lo"] for y, r in zip(ys, points, strict=True)],
-                   [r["ci_hi"] - y for y, r in zip(ys, points, strict=True)]]
-            line = ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=name,
-                               alpha=0.85)  # arms overlap at shared scales: translucent
-            if family == "quant" and clean is not None:
-                ax.axhline(clean["success"], ls="--", lw=1, color=line[0].get_color())
-            if family == "quant" and i == 0:
-                ax.set_xticks(list(xs), [r["scale"] for r in points], fontsize=8)
-        ax.set_title(family + (" (dashed: clean)" if family == "quant" else ""), fontsize=9)
-        ax.set_xlabel("scale" if family != "quant" else "format")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("success (95% interval)")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(ROBUSTNESS_FIGURE, fontsize=10)
-    fig.tight_layout()
-    return png(fig)
 
 
 def first_seed_runs(out: Path, data: dict[str, Any]) -> list[RunData]:
@@ -266,6 +241,9 @@ def figures_html(out: Path, data: dict[str, Any]) -> list[str]:
     sweep = robustness_chart(data)
     if sweep:
         parts.append(_img(ROBUSTNESS_FIGURE, sweep))
+    response = sigma_response_chart(data)
+    if response:
+        parts.append(_img(SIGMA_FIGURE, response))
     runs = first_seed_runs(out, data)
     if not runs:
         return parts
@@ -293,6 +271,9 @@ def render_html(out: Path, data: dict[str, Any]) -> str:
     if robustness_rows(data):
         parts += ["<h2>Robustness of the final checkpoints</h2>",
                   _html_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
+    if perturbation_rows(data):
+        parts += ["<h2>The perturbation against the sampler's mismatch</h2>",
+                  _html_table(PERTURBATION_HEADER, perturbation_rows(data))]
     parts += figures_html(out, data)
     if data["cells"]:
         parts += ["<h2>Cells</h2>", _html_table(CELL_HEADER, cell_rows(data))]

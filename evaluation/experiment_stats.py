@@ -34,7 +34,16 @@ TRAINING_KEYS = {  # what each training-side column is, from the cells' metrics.
     "ppo_kl_mean": ("actor/ppo_kl", "mean"),
     "entropy_last": ("diag/entropy", "last"),
     "step_s_mean": ("perf/step_s", "mean"),
+    # ALP's perturbation against the sampler's own mismatch (the sensitivity and ablation suites)
+    "rel_noise_mean": ("perturb/rel_noise_mean", "mean"),
+    "dp_p75_mean": ("perturb/dp/p75", "mean"),
+    "dp_p99_mean": ("perturb/dp/p99", "mean"),
+    "mismatch_dp_p75_mean": ("ratio/abs_dp_p75", "mean"),
+    "mismatch_dp_p99_mean": ("ratio/abs_dp_p99", "mean"),
+    "sigma_drift": ("perturb/sigma_mean", "drift"),
+    "ratio_p2_min": ("diag/ratio_loss/p2", "min"),
 }
+PERTURBATION_KEYS = ("rel_noise_mean", "dp_p75_mean", "dp_p99_mean", "sigma_drift")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -80,7 +89,9 @@ def compare(arm: Sequence[Record], baseline: Sequence[Record]) -> dict[str, Any]
 def _reduce(values: list[float], how: str) -> float | None:
     if not values:
         return None
-    return {"mean": statistics.fmean, "max": max, "last": lambda v: v[-1]}[how](values)
+    reducers = {"mean": statistics.fmean, "max": max, "min": min, "last": lambda v: v[-1],
+                "drift": lambda v: v[-1] / v[0] if v[0] else None}  # σ's last logged value over its first
+    return reducers[how](values)
 
 
 def training_summary(metric_runs: Sequence[Sequence[Record]]) -> dict[str, float | None]:

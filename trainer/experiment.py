@@ -100,6 +100,8 @@ class Suite:
     """Run the robustness sweep on each cell's final checkpoint."""
     claim: str = ""
     """What the papers claim this comparison shows, printed beside the measured verdicts (never a verdict)."""
+    pair_arms: Callable[[list[str]], list[tuple[str, str]]] | None = None
+    """A factorial suite's own (arm, against) pairs, from the planned arms (instead of the baseline rules)."""
 
 
 def thirds(num_layers: int) -> dict[str, str]:
@@ -126,13 +128,60 @@ def _layer_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
             Setting("logits_only", ("perturb.logits_only=true",))]
 
 
-SIGMA_INITS = (1e-6, 1e-4, 1e-2)
-SIGMA_LRS = (5e-4, 5e-3)
+LAG2 = "rollout.policy_lag=2"  # the alp suite's regime (_alp_settings)
+SENSITIVITY_SIGMAS = {"relative": (1e-6, 1e-4, 1e-3, 1e-2, 2e-2, 5e-2), "absolute": (1e-6, 1e-3, 1e-2)}
+SENSITIVITY_LRS = (5e-4, 1e-2)  # the TIR recipe's η_σ and the single-turn one
+
+
+def noise_overrides(mode: str, sigma: float, lr: float = 5e-4) -> tuple[str, ...]:
+    """ALP's perturbation on every decoder layer with σ0 `sigma` in `mode` (absolute | relative), η_σ `lr`."""
+    return ("perturb.enabled=true", "perturb.layers=all", "perturb.logits_only=false", f"perturb.sigma_mode={mode}",
+            f"perturb.sigma_init={sigma:g}", f"perturb.lr={lr:g}")
+
+
+def sigma_setting_name(mode: str, sigma: float, lr: float | None = None) -> str:
+    """abs1e-06 / rel0.01, with `_lr0.0005` when the σ learning rate varies too."""
+    return f"{mode[:3]}{sigma:g}" + (f"_lr{lr:g}" if lr is not None else "")
 
 
 def _sensitivity_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    return [Setting(f"sigma{s:g}_lr{lr:g}", (f"perturb.sigma_init={s:g}", f"perturb.lr={lr:g}"))
-            for s in SIGMA_INITS for lr in SIGMA_LRS]
+    # ALP Figure 9 under the alp suite's lag-2 sampler, σ0 in both modes: an absolute σ0 means a different share
+    # of the hidden state on each model, a relative one the same share
+    return [Setting(sigma_setting_name(mode, s, lr), (LAG2, *noise_overrides(mode, s, lr)))
+            for mode, sigmas in SENSITIVITY_SIGMAS.items() for s in sigmas for lr in SENSITIVITY_LRS]
+
+
+ABLATION_CLIPS = {"clip0.2-0.28": (0.2, 0.28), "clip0.5-3": (0.5, 3.0)}  # the Bypass presets' band, ALP's band
+ABLATION_RELATIVE_SIGMA = 1e-2
+"""The relative σ0 of the ablation's third noise level: where the sensitivity suite sees the perturbation start to
+act (docs/experiments.md "Sensitivity")."""
+
+
+def ablation_noises() -> dict[str, tuple[str, ...]]:
+    return {"off": ("perturb.enabled=false",), sigma_setting_name("absolute", 1e-6): noise_overrides("absolute", 1e-6),
+            sigma_setting_name("relative", ABLATION_RELATIVE_SIGMA):
+                noise_overrides("relative", ABLATION_RELATIVE_SIGMA)}
+
+
+def _ablation_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
+    # loss level (the method: token_bypass / seq_bypass) × clip band × perturbation, all under lag 2;
+    # token_bypass/clip0.5-3_abs1e-06 is token_alp, seq_bypass/clip0.5-3_abs1e-06 seq_alp, seq_bypass/clip0.5-3_off
+    # seq_bypass: the same runs as the alp suite's cells of those presets
+    return [Setting(f"{clip}_{noise}", (LAG2, f"algo.clip_low={lo:g}", f"algo.clip_high={hi:g}", *overrides))
+            for clip, (lo, hi) in ABLATION_CLIPS.items() for noise, overrides in ablation_noises().items()]
+
+
+def ablation_comparisons(arms: list[str]) -> list[tuple[str, str]]:
+    """(a) each noise level against no noise at the same loss and clip; (b) the wide clip against the narrow one
+    at the same loss and noise; Token-ALP against Token-Bypass (both factors at once); token against seq."""
+    noises, (narrow, wide) = list(ablation_noises()), list(ABLATION_CLIPS)
+    pairs = []
+    for method in ("token_bypass", "seq_bypass"):
+        pairs += [(f"{method}/{clip}_{n}", f"{method}/{clip}_off") for clip in (narrow, wide) for n in noises[1:]]
+        pairs += [(f"{method}/{wide}_{n}", f"{method}/{narrow}_{n}") for n in noises]
+    pairs.append((f"token_bypass/{wide}_{noises[1]}", f"token_bypass/{narrow}_off"))
+    pairs += [(f"token_bypass/{clip}_{n}", f"seq_bypass/{clip}_{n}") for clip in (narrow, wide) for n in noises]
+    return pairs
 
 
 def _plain_setting(cfg: TrainConfig, num_layers: int) -> list[Setting]:
@@ -160,8 +209,13 @@ SUITES = {s.name: s for s in (
           "Figure 6)", ("seq_alp",), _layer_settings, baseline_setting="layers_all",
           claim="perturbing all layers beats partial layers, which beat logits-only",
           also_compare=tuple((part, "logits_only") for part in ("layers_early", "layers_middle", "layers_late"))),
-    Suite("sensitivity", "Seq-ALP over a σ0 × σ-learning-rate grid (ALP Figure 9)", ("seq_alp",),
-          _sensitivity_settings, baseline_setting="sigma1e-06_lr0.0005", claim="σ0 and its learning rate matter"),
+    Suite("sensitivity", "Token-ALP under policy lag 2 over σ0 (absolute and relative to rms(h)) × σ learning rate "
+          "(ALP Figure 9; --methods seq_alp --settings ... for Seq-ALP at chosen σ0)", ("token_alp",),
+          _sensitivity_settings, baseline_setting="abs1e-06_lr0.0005", claim="σ0 and its learning rate matter"),
+    Suite("ablation", "Loss level (token/seq Bypass) × clip band (0.2/0.28, 0.5/3.0) × perturbation (off, absolute "
+          "σ0 1e-6, relative σ0) under policy lag 2: what of Token-ALP's lead is the noise, what the clip",
+          ("token_bypass", "seq_bypass"), _ablation_settings, pair_arms=ablation_comparisons,
+          claim="the perturbation itself, not the clip range, makes ALP better than Bypass under mismatch"),
     Suite("robustness", "GRPO, SPrPO and Seq-ALP on the household, then the robustness sweep of each final "
           "checkpoint (SPrPO's claim)", ("grpo", "sprpo", "seq_alp"), _plain_setting,
           config="configs/household_tiny.yaml", baseline_method="grpo", robustness=True,
@@ -222,6 +276,8 @@ class Plan:
     def comparisons(self) -> list[tuple[str, str]]:
         """(arm, the arm it is compared against), as the suite declares."""
         arms = list(dict.fromkeys(c.arm for c in self.cells))
+        if self.suite.pair_arms is not None:
+            return [(a, b) for a, b in self.suite.pair_arms(arms) if a in arms and b in arms]
         pairs = []
         for cell in {c.arm: c for c in self.cells}.values():
             if self.suite.baseline_method and cell.method != self.suite.baseline_method:

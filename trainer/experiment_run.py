@@ -5,16 +5,28 @@ in the robustness suite, the sweep), so a rerun of the same command skips finish
 from scratch: a half-done cell's directory is removed first, as its partial metrics and evaluation records would
 mix two runs in one report (a cell is minutes; `alprl train --resume` semantics would save checkpoints often for
 little). A finished cell run with other overrides than the plan's is refused, not silently reused.
+
+Reusing (`--reuse DIR`): a cell whose resolved config is another experiment's finished cell's (output directory and
+the preset's name aside: `token_bypass` with ALP's clip and noise is the `token_alp` run) is copied from there
+instead of trained again; its cell.json says where it came from.
+
+Parallel cells (`--parallel N`): N cells at a time, each in a fresh spawned process (its own vLLM engine) with
+`torch_threads` threads; the report is rewritten as each finishes. On the 2-core machine two cells of the demo
+recipe at one torch thread each finish a suite sooner than one at a time (docs/experiments.md "Cost").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from trainer.config import ConfigError, TrainConfig, build_config
@@ -45,6 +57,13 @@ def add_experiment_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: the scale's)")
     p.add_argument("--scale", default="default", help="smoke | default | full (default: default)")
     p.add_argument("--out", default=None, help="output directory (default runs/experiments/<suite>)")
+    p.add_argument("--methods", default=None, help="comma-separated presets instead of the suite's methods "
+                   "(e.g. sensitivity --methods seq_alp)")
+    p.add_argument("--settings", default=None, help="comma-separated setting names: run only these of the suite's")
+    p.add_argument("--parallel", type=int, default=1, help="cells at a time, each in its own process (default 1; "
+                   "2 on a 2-core machine with torch_threads=1 finishes sooner)")
+    p.add_argument("--reuse", default=None, metavar="DIR", help="copy finished cells with the same resolved config "
+                   "from another experiment's directory (e.g. runs/experiments/alp) instead of training them")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs / CI)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides of every cell")
 
@@ -66,7 +85,11 @@ def build_plan(args: argparse.Namespace) -> Plan:
     if base.eval_tasks < 1:
         raise ConfigError(f"eval_tasks={base.eval_tasks}: an experiment compares held-out success; set eval_tasks >= 1")
     steps = args.steps or scale.steps or base.steps
-    settings = suite.settings(base, start_layers(base))
+    if getattr(args, "parallel", 1) < 1:
+        raise ConfigError(f"--parallel {args.parallel}: expected a positive number of cells at a time")
+    settings = pick_settings(suite.settings(base, start_layers(base)), getattr(args, "settings", None))
+    if getattr(args, "methods", None):
+        suite = replace(suite, methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()))
     check_user_overrides(suite, settings, args.overrides)
     # seed by seed, so an experiment stopped early has whole comparisons of its first seeds
     cells = [Cell(m, s, seed) for seed in seeds for s in settings for m in suite.methods]
@@ -75,6 +98,19 @@ def build_plan(args: argparse.Namespace) -> Plan:
     for cell in plan.cells:  # a bad combination (e.g. MIPU under a policy lag) fails before any training
         build_config(config, plan.cell_overrides(cell))
     return plan
+
+
+def pick_settings(settings: list, names: str | None) -> list:
+    """The suite's settings, or those named in `--settings` (ConfigError naming the valid ones)."""
+    if names is None:
+        return settings
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    known = {s.name: s for s in settings}
+    unknown = [n for n in wanted if n not in known]
+    if unknown or not wanted:
+        raise ConfigError(f"--settings {names!r}: unknown setting(s) {', '.join(unknown) or '(none given)'}; "
+                          f"valid: {', '.join(known)}")
+    return [known[n] for n in wanted]
 
 
 def warm_start(plan: Plan, show_progress: bool) -> None:
@@ -89,13 +125,19 @@ def warm_start(plan: Plan, show_progress: bool) -> None:
     run_sft(cfg, show_progress=show_progress)
 
 
+def _identity(overrides: list[str]) -> list[str]:
+    """The overrides that decide what a cell computes: the thread count changes only how fast (and the order of
+    float sums), so a suite may be resumed with another `--parallel` / `torch_threads`."""
+    return [o for o in overrides if not o.startswith("torch_threads=")]
+
+
 def finished(plan: Plan, cell: Cell) -> bool:
     """Whether `cell` has run to its end with the plan's overrides (ConfigError when it ran with others)."""
     path = plan.out / cell.name / CELL_FILE
     if not path.is_file():
         return False
     done = json.loads(path.read_text())
-    if done.get("overrides") != plan.cell_overrides(cell):
+    if _identity(done.get("overrides") or []) != _identity(plan.cell_overrides(cell)):
         raise ConfigError(f"{path.parent} was run with other overrides than this experiment's ({done.get('overrides')}"
                           f"); use another --out, or remove that directory to rerun it")
     return True
@@ -145,19 +187,95 @@ def run_cell(plan: Plan, cell: Cell) -> dict:
     return info
 
 
-def run_experiment(plan: Plan, show_progress: bool = True) -> Path:
+def resolved(config: str, overrides: list[str]) -> dict:
+    """A cell's whole config as a dict, without what names it rather than what it runs (output dir, preset name,
+    thread count, and the SFT directory where `model.path` is the start)."""
+    cfg = asdict(build_config(config, overrides))
+    cfg.pop("output_dir")
+    cfg.pop("torch_threads")
+    cfg["algo"].pop("name")
+    if cfg["model"]["path"]:
+        cfg["sft"].pop("output_dir")
+    return cfg
+
+
+def reuse_finished(plan: Plan, todo: list[Cell], source: Path) -> list[Cell]:
+    """Copy into the plan every cell of `todo` that `source` holds finished with the same resolved config; returns
+    the cells still to run."""
+    donors: dict[str, Path] = {}
+    for path in sorted(source.glob(f"*/{CELL_FILE}")):
+        done = json.loads(path.read_text())
+        overrides = [o for o in done["overrides"] if not o.startswith("output_dir=")]
+        config = json.loads((source / PLAN_FILE).read_text())["config"] if (source / PLAN_FILE).is_file() \
+            else plan.config
+        donors[json.dumps(resolved(config, overrides), sort_keys=True, default=str)] = path.parent
+    left = []
+    for cell in todo:
+        key = json.dumps(resolved(plan.config, [o for o in plan.cell_overrides(cell)
+                                                if not o.startswith("output_dir=")]), sort_keys=True, default=str)
+        donor = donors.get(key)
+        if donor is None:
+            left.append(cell)
+            continue
+        target = plan.out / cell.name
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(donor, target, ignore=shutil.ignore_patterns(CELL_FILE))
+        info = json.loads((donor / CELL_FILE).read_text())
+        info |= {"cell": cell.name, "arm": cell.arm, "method": cell.method, "setting": cell.setting.name,
+                 "overrides": plan.cell_overrides(cell), "reused_from": str(donor)}
+        (target / CELL_FILE).write_text(json.dumps(info, indent=2))
+    return left
+
+
+def _cell_in_process(plan: Plan, cell: Cell, threads: int) -> dict:
+    """One cell in a spawned worker process: its torch threads first (a fresh interpreter has the default)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # as in the parent: no per-cell "Loading weights" bars
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return run_cell(plan, cell)
+
+
+def run_cells(plan: Plan, todo: list[Cell], parallel: int) -> Iterator[dict]:
+    """Run `todo` one at a time in this process, or `parallel` at a time in fresh processes; yields each cell's
+    info as it finishes."""
+    if parallel <= 1 or len(todo) <= 1:
+        for cell in todo:
+            yield run_cell(plan, cell)
+        return
+    threads = build_config(plan.config, plan.common).torch_threads
+    # spawn: vLLM and torch threads do not survive a fork; one task per child: each cell's engine leaves with it
+    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"),
+                             max_tasks_per_child=1) as pool:
+        pending = {pool.submit(_cell_in_process, plan, cell, threads) for cell in todo}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, reuse: Path | None = None) -> Path:
     """Run the plan's unfinished cells (one progress bar over cells) and write the report; returns report.html."""
     from evaluation.experiment_report import write_experiment_report  # matplotlib: not for `alprl --help`
 
     plan.out.mkdir(parents=True, exist_ok=True)
     (plan.out / PLAN_FILE).write_text(json.dumps(plan.describe(), indent=2))
     todo = [cell for cell in plan.cells if not finished(plan, cell)]
+    if todo and reuse is not None:
+        todo = reuse_finished(plan, todo, reuse)
     if todo:
         warm_start(plan, show_progress)
     with progress_bar(f"experiment {plan.suite.name}", total=len(plan.cells),
                       completed=len(plan.cells) - len(todo), enabled=show_progress) as bar:
-        for cell in todo:
-            info = run_cell(plan, cell)
+        for info in run_cells(plan, todo, parallel):
             write_experiment_report(plan.out, html_too=False)  # json + md of the cells so far: a kill keeps them
             bar.advance(success=info["final_metrics"].get("eval/success", float("nan")))
     return write_experiment_report(plan.out)
@@ -175,7 +293,10 @@ def run_experiment_command(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(cfg.torch_threads)
-        report = run_experiment(plan, show_progress=not args.no_progress)
+        reuse = Path(args.reuse) if args.reuse else None
+        if reuse is not None and not reuse.is_dir():
+            raise FileNotFoundError(f"--reuse {args.reuse}: no such experiment directory")
+        report = run_experiment(plan, show_progress=not args.no_progress, parallel=args.parallel, reuse=reuse)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"alprl experiment: error: {exc}", file=sys.stderr)
         return 2
