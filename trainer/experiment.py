@@ -72,6 +72,10 @@ SCALES = {
 }
 
 
+CELL_SAVE_EVERY = 25
+"""Steps between a cell's checkpoints: a 10-step cell saves once, at its end; a 200-step one every 25 steps."""
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -267,10 +271,12 @@ class Plan:
     """Overrides of every cell before its setting: the scale's, then the user's; with the recipe alone (no method,
     no setting) they also make the config that builds the warm start when `start` is missing."""
     cells: list[Cell] = field(default_factory=list)
+    save_every: int = CELL_SAVE_EVERY
+    """Checkpoint interval of a cell (its last step always saves), so a stopped long cell resumes from there."""
 
     def cell_overrides(self, cell: Cell) -> list[str]:
         return [f"algorithm={cell.method}", *self.common, *cell.setting.overrides, f"seed={cell.seed}",
-                f"steps={self.steps}", f"save_every={self.steps}", f"model.path={self.start}",
+                f"steps={self.steps}", f"save_every={min(self.steps, self.save_every)}", f"model.path={self.start}",
                 f"output_dir={self.out / cell.name}"]
 
     def comparisons(self) -> list[tuple[str, str]]:

@@ -1,10 +1,11 @@
 """Running an experiment plan (trainer/experiment.py): the warm start, the cells in order, then the report.
 
 Resuming: a cell is finished when its directory holds `cell.json`, written last (after the final evaluation and,
-in the robustness suite, the sweep), so a rerun of the same command skips finished cells and restarts the others
-from scratch: a half-done cell's directory is removed first, as its partial metrics and evaluation records would
-mix two runs in one report (a cell is minutes; `alprl train --resume` semantics would save checkpoints often for
-little). A finished cell run with other overrides than the plan's is refused, not silently reused.
+in the robustness suite, the sweep), so a rerun of the same command skips finished cells. A half-done cell (Ctrl-C,
+SIGTERM, a killed machine) continues from its last checkpoint as `alprl train --resume` does (cells save every
+`--save-every` steps, 25 by default, and at their last step; the metrics past the checkpoint are dropped and
+replayed); one with no checkpoint yet, or started with other overrides (`cell_start.json`), starts over. A
+finished cell run with other overrides than the plan's is refused, not silently reused.
 
 Reusing (`--reuse DIR`): a cell whose resolved config is another experiment's finished cell's (output directory and
 the preset's name aside: `token_bypass` with ALP's clip and noise is the `token_alp` run) is copied from there
@@ -29,12 +30,23 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from trainer.checkpoint import latest_checkpoint
 from trainer.config import ConfigError, TrainConfig, build_config
-from trainer.experiment import SCALES, SUITES, Cell, Plan, check_user_overrides, parse_seeds, start_layers
+from trainer.experiment import (
+    CELL_SAVE_EVERY,
+    SCALES,
+    SUITES,
+    Cell,
+    Plan,
+    check_user_overrides,
+    parse_seeds,
+    start_layers,
+)
 from trainer.progress import progress_bar
 from trainer.run_meta import read_run_meta
 
 CELL_FILE = "cell.json"
+START_FILE = "cell_start.json"  # the overrides a cell started with: a half-done cell resumes only under the same
 PLAN_FILE = "experiment.json"
 
 
@@ -64,6 +76,8 @@ def add_experiment_parser(sub) -> None:
                    "2 on a 2-core machine with torch_threads=1 finishes sooner)")
     p.add_argument("--reuse", default=None, metavar="DIR", help="copy finished cells with the same resolved config "
                    "from another experiment's directory (e.g. runs/experiments/alp) instead of training them")
+    p.add_argument("--save-every", type=int, default=CELL_SAVE_EVERY, help="checkpoint a cell every N steps, so a "
+                   f"stopped cell resumes from there (default {CELL_SAVE_EVERY}; a cell's last step always saves)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs / CI)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides of every cell")
 
@@ -93,8 +107,11 @@ def build_plan(args: argparse.Namespace) -> Plan:
     check_user_overrides(suite, settings, args.overrides)
     # seed by seed, so an experiment stopped early has whole comparisons of its first seeds
     cells = [Cell(m, s, seed) for seed in seeds for s in settings for m in suite.methods]
+    save_every = getattr(args, "save_every", CELL_SAVE_EVERY)
+    if save_every < 1:
+        raise ConfigError(f"--save-every {save_every}: expected a positive number of steps")
     plan = Plan(suite, scale, config, seeds, steps, out, start=base.model.path or base.sft.output_dir,
-                common=common, cells=cells)
+                common=common, cells=cells, save_every=save_every)
     for cell in plan.cells:  # a bad combination (e.g. MIPU under a policy lag) fails before any training
         build_config(config, plan.cell_overrides(cell))
     return plan
@@ -143,6 +160,17 @@ def finished(plan: Plan, cell: Cell) -> bool:
     return True
 
 
+def last_eval_metrics(run_dir: Path) -> dict[str, float]:
+    """`eval/*` of the last metrics record that has them (a resumed cell's earlier steps included)."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()] \
+        if (run_dir / "metrics.jsonl").is_file() else []
+    for record in reversed(records):
+        found = {k: v for k, v in record.items() if k.startswith("eval/")}
+        if found:
+            return found
+    return {}
+
+
 def final_eval_file(run_dir: Path) -> Path | None:
     files = sorted(run_dir.glob("eval/step_*.jsonl"), key=lambda f: int(f.stem.removeprefix("step_")))
     return files[-1] if files else None
@@ -160,27 +188,43 @@ def robustness_sweep(cfg: TrainConfig, run_dir: Path, num_tasks: int) -> str:
     return str(report.relative_to(run_dir))
 
 
+def resumable(run_dir: Path, overrides: list[str]) -> Path | None:
+    """The last checkpoint of a half-done cell started with these overrides (thread count aside), else None."""
+    start_file = run_dir / START_FILE
+    if not start_file.is_file():
+        return None
+    started = json.loads(start_file.read_text()).get("overrides") or []
+    if _identity(started) != _identity(overrides):
+        return None
+    return latest_checkpoint(run_dir)
+
+
 def run_cell(plan: Plan, cell: Cell) -> dict:
     """Train one cell from scratch, evaluate it, (sweep it), then write its `cell.json`."""
     from trainer.loop import train
 
     run_dir = plan.out / cell.name
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # a half-done cell (no cell.json): start it over
     overrides = plan.cell_overrides(cell)
+    checkpoint = resumable(run_dir, overrides)
+    if checkpoint is None and run_dir.exists():
+        shutil.rmtree(run_dir)  # a half-done cell without a checkpoint of this plan: start it over
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / START_FILE).write_text(json.dumps({"overrides": overrides}, indent=2))
     cfg = build_config(plan.config, overrides)
     start = time.monotonic()
-    results = train(cfg, show_progress=False)
+    train(cfg, resume=checkpoint is not None, show_progress=False)
     final = final_eval_file(run_dir)
     info = {"cell": cell.name, "arm": cell.arm, "method": cell.method, "setting": cell.setting.name,
             "seed": cell.seed, "overrides": overrides, "steps": cfg.steps,
             "final_eval": str(final.relative_to(run_dir)) if final else None,
-            "final_metrics": {k: v for k, v in results[-1].metrics.items() if k.startswith("eval/")} if results else {}}
+            "final_metrics": last_eval_metrics(run_dir)}
     meta = read_run_meta(run_dir) or {}
     info |= {"source": meta.get("source"), "started": meta.get("started")}  # the code it ran, and when
     if plan.suite.robustness and plan.scale.robustness_tasks:
         info["robustness"] = robustness_sweep(cfg, run_dir, plan.scale.robustness_tasks)
     info["wall_s"] = round(time.monotonic() - start, 1)
+    if checkpoint is not None:
+        info["resumed_from_step"] = int(checkpoint.name.removeprefix("step_"))
     tmp = run_dir / (CELL_FILE + ".tmp")
     tmp.write_text(json.dumps(info, indent=2))
     os.replace(tmp, run_dir / CELL_FILE)  # atomic: a cell.json is always a whole one

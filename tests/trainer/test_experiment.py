@@ -152,7 +152,10 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     assert {cell: _files_of(cell) for cell in kept} == before  # finished cells untouched
     for cell in (half_done, never_started):
         assert (cell / "cell.json").is_file() and (cell / "eval" / "step_2.jsonl").is_file()
-    assert not (half_done / "left_by_the_kill.txt").exists()  # a half-done cell starts over
+    # the half-done cell had its last checkpoint: it continued from there (nothing left to train) instead of
+    # starting over, so its directory, stray file included, was kept
+    assert json.loads((half_done / "cell.json").read_text())["resumed_from_step"] == 2
+    assert (half_done / "left_by_the_kill.txt").exists()
     assert len(json.loads((out / "report.json").read_text())["arms"]) == 6
     # each cell is an ordinary run directory: `alprl report` overlays them
     assert write_report([cells[0], cells[-1]], out=tmp_path / "overlay.html").stat().st_size > 0
@@ -174,3 +177,47 @@ def test_robustness_suite_sweeps_each_final_checkpoint(tmp_path, sft_dir, capsys
     assert "Robustness of the final checkpoints" in (out / "report.md").read_text()
     assert f"<img alt='{ROBUSTNESS_FIGURE}'" in (out / "report.html").read_text()  # the sweep, overlaid per arm
     assert (out / "grpo__recipe__seed0" / "robustness" / "robustness.html").is_file()
+
+
+@pytest.mark.smoke
+def test_a_cell_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, sft_dir, capsys, monkeypatch):
+    from trainer import loop
+
+    out = tmp_path / "long"
+    argv = ["experiment", "alp", "--scale", "smoke", "--methods", "grpo", "--steps", "3", "--save-every", "1",
+            "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
+    real_step, steps_run = loop.train_step, []
+
+    def killed_at_step_3(c, cfg, algos, step, rollouts):
+        if step == 3:
+            raise KeyboardInterrupt  # as Ctrl-C, SIGTERM (raised as SystemExit) or a killed machine mid-step
+        steps_run.append(step)
+        return real_step(c, cfg, algos, step, rollouts)
+
+    monkeypatch.setattr(loop, "train_step", killed_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        main(argv)
+    cell = out / "grpo__lag2__seed0"
+    assert steps_run == [1, 2] and not (cell / "cell.json").exists()
+    assert (cell / "checkpoints" / "step_2").is_dir()
+    before = (cell / "metrics.jsonl").read_text().splitlines()
+
+    def counting(c, cfg, algos, step, rollouts):
+        steps_run.append(step)
+        return real_step(c, cfg, algos, step, rollouts)
+
+    monkeypatch.setattr(loop, "train_step", counting)
+    assert main(argv) == 0, capsys.readouterr().err
+    assert steps_run == [1, 2, 3]  # only step 3 ran again
+    info = json.loads((cell / "cell.json").read_text())
+    assert info["resumed_from_step"] == 2 and info["final_metrics"]["eval/success"] >= 0
+    after = (cell / "metrics.jsonl").read_text().splitlines()
+    assert after[:2] == before[:2] and [json.loads(r)["step"] for r in after] == [1, 2, 3]
+
+    # a half-done cell started under other overrides is not resumed: it starts over
+    (cell / "cell.json").unlink()
+    start = json.loads((cell / "cell_start.json").read_text())
+    (cell / "cell_start.json").write_text(json.dumps({"overrides": [*start["overrides"], "optim.lr=0.5"]}))
+    steps_run.clear()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert steps_run == [1, 2, 3] and "resumed_from_step" not in json.loads((cell / "cell.json").read_text())
