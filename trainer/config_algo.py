@@ -58,7 +58,18 @@ class AlgoConfig:
     """β: KL to a frozen reference, the run's starting policy (verl use_kl_loss + kl_loss_coef, TRL beta); 0: off,
     no reference model is loaded. A loss term β·agg(KL) on m′, or with `kl_in_reward` a reward penalty."""
     kl_type: str = "low_var_kl"
-    """KL estimator (verl kl_loss_type): k1 | kl | k2 | mse | k3 | low_var_kl (k3 = low_var_kl, clamped)."""
+    """KL estimator (verl kl_loss_type): k1 | kl | k2 | mse | k3 | low_var_kl (k3 = low_var_kl, clamped) | k3_is
+    (k3 · π_θ/π_old, the importance-corrected estimator: TRL use_bias_correction_kl, DeepSeek-V3.2)."""
+    opsm_delta: float | None = None
+    """OPSM (DeepSeek-V3.2 off-policy sequence masking; slime --opsm-delta 1e-4): a sequence with A < 0 whose mean
+    log(μ/π_θ) over its tokens exceeds δ leaves the policy loss (trainer/offpolicy_masks.py); null: off."""
+    m2_threshold: float | None = None
+    """M2PO (arXiv 2510.01161; AReaL actor.m2_threshold, 0.04 in its example): the tokens with the largest
+    (log μ − log π_old)² leave m′ until the mean of the rest is below this; null: off."""
+    sapo_tau_pos: float = 1.0
+    """SAPO τ for A > 0: temperature of the soft gate σ(τ(r − 1))·4/τ (verl / SkyRL / TRL 1.0)."""
+    sapo_tau_neg: float = 1.05
+    """SAPO τ for A ≤ 0 (verl / SkyRL / TRL 1.05: a negative sample's gate decays a little faster)."""
     kl_in_reward: bool = False
     """verl use_kl_in_reward: subtract β·Σ_t KL_t (sampled tokens, at θ_old) from each episode's reward before the
     advantages, instead of the loss term."""

@@ -22,20 +22,27 @@ detached weights `w` and a rejection mask `m′ = m ⊙ keep`; the loss is `agg(
 - Tokens whose old or rollout log-prob is non-finite are removed from m′ for every correction (counted
   as `rollout_corr/nonfinite_tokens`), reference §7 pitfall 2.
 
-Metrics (`rollout_corr/*`), two families with verl's statistic names:
-- `rollout_is_*` (mean, std, min, max, eff_sample_size, ratio_fraction_high/low at C and 1/C, and the
-  per-sequence `rollout_is_seq_*`) describe the weights **applied in the loss**: the final w (after
-  truncation, masking, veto and batch norm) over the tokens of m′, i.e. those that enter the loss
-  (paper-MIS masked tokens stay in m′ with w = 0). So rollout_is_max ≤ C under TIS or verl-MIS without
-  batch norm. Departure: verl 0.8 (`rollout_corr_helper.compute_is_metrics`) computes these names before
-  truncation, rejection and batch norm; here that value is under `raw_ratio_*`.
+Metrics (`rollout_corr/*`), three families of weight statistics:
+- `rollout_is_*` (mean, std, min, max, eff_sample_size, ratio_fraction_high/low, `rollout_is_seq_*`) mean
+  what verl 0.9 logs under those names (`verl/trainer/ppo/rollout_corr_helper.py` `compute_is_metrics`):
+  w is the correction weight right after the branch above (tis min(v, C); verl-MIS min(v, C)·band;
+  paper-MIS v·band), BEFORE veto, divergence rejection and batch norm, over all tokens of m. U = C;
+  L = the band's lower bound under mis, else 1/C. Token level: max/min of the truncated w, fractions of
+  the raw v above U / below L. seq/geo: max/min/fractions from each non-empty row's unclamped log value
+  (Σ Δ, mean Δ); turn/turn_geo: the same from each turn's log value (one IS unit per turn). std/ESS use
+  w clamped to [0, U]; seq fractions use each row's mean raw v. So under TIS with C = 2 a raw 13.4 gives
+  rollout_is_max 2 at token level, and is counted by rollout_is_ratio_fraction_high. Departures, all
+  at edges: rows with no sampled token are left out of per-row values (verl counts them), the seq-level
+  min is capped at e^20 like the max, and the ESS is 0 (verl: a division by zero) when every w is 0.
+- `applied_w_*` (same statistic names, `applied_w_seq_*` per sequence) describe the weights **applied in
+  the loss**: the final w (after truncation, masking, veto, rejection and batch norm) over the tokens of
+  m′ (paper-MIS masked tokens stay in m′ with w = 0), fractions at C and 1/C.
 - `raw_ratio_*` (same statistics, `raw_ratio_seq_*` per sequence) describe the raw value v before
   truncation or masking, over m: how heavy the mismatch tail is and how often the bounds act. Seq/geo
   max/min and high/low fractions are taken per row in log space on the unclamped value; the ESS is verl's
   pre-truncation form (v clamped to [1/C, C]). `trainer/mismatch_metrics.py` `ratio/mis_*` are raw too.
 - `rollout_rs_*` / `rollout_is_masked_fraction` (rejection/mask fractions), veto and batch-norm keys as
-  verl, plus `masked_frac` (pitfall 7) and `weight_mean` (= mean of the applied w over m′, also without
-  a correction).
+  verl, plus `masked_frac` (pitfall 7) and `weight_mean` (= applied_w_mean, also without a correction).
 
 Legend: B trajectories, T response positions.
 """
@@ -88,12 +95,16 @@ def correction_log_value(delta: Tensor, mask: Tensor, level: str) -> tuple[Tenso
     return row[:, None].expand_as(delta), row
 
 
-def turn_segments(mask: Tensor) -> Tensor:
-    """(B, T) index of each sampled token's turn within its row (−1 where m = 0): a turn is a maximal run of
-    sampled tokens, which the rollout separates by the observation tokens it appends (m = 0)."""
+def turn_starts(mask: Tensor) -> Tensor:
+    """(B, T) bool, true on the first token of each turn: a turn is a maximal run of sampled tokens, which
+    the rollout separates by the observation tokens it appends (m = 0)."""
     m = mask > 0
-    starts = m & ~torch.cat([torch.zeros_like(m[:, :1]), m[:, :-1]], dim=1)  # (B, T) first token of a turn
-    return torch.where(m, starts.long().cumsum(-1) - 1, -1)
+    return m & ~torch.cat([torch.zeros_like(m[:, :1]), m[:, :-1]], dim=1)
+
+
+def turn_segments(mask: Tensor) -> Tensor:
+    """(B, T) index of each sampled token's turn within its row (−1 where m = 0)."""
+    return torch.where(mask > 0, turn_starts(mask).long().cumsum(-1) - 1, -1)
 
 
 def turn_log_value(delta: Tensor, mask: Tensor, *, geo: bool) -> Tensor:
@@ -108,6 +119,23 @@ def turn_log_value(delta: Tensor, mask: Tensor, *, geo: bool) -> Tensor:
         counts = torch.zeros_like(delta).scatter_add_(1, index, m)
         value = value / counts.gather(1, index).clamp(min=1.0)
     return value * m
+
+
+def is_unit_log_values(log_v: Tensor, mask: Tensor, level: str) -> Tensor | None:
+    """(N,) unclamped log v of each importance-sampling unit: one per non-empty row at seq/geo, one per turn
+    at turn/turn_geo; None at token level, where every token is its own unit.
+
+    log_v: (B, T) from `correction_log_value`, constant over each unit's tokens, so the unit's first token
+    carries its value.
+    """
+    if level == "token":
+        return None
+    valid = mask > 0
+    if level in ("turn", "turn_geo"):
+        first = turn_starts(mask)
+    else:
+        first = valid & (valid.long().cumsum(-1) == 1)  # (B, T) each non-empty row's first sampled token
+    return log_v[first]
 
 
 def _log_or_inf(x: float) -> float:
@@ -179,6 +207,9 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
             weights, keep = v.clamp(max=upper) * band, keep * band
     if correction != "none" and m.any():
         metrics |= raw_ratio_metrics(v, row, m, upper)
+        # verl's rollout_is_* read w here: truncated / masked, before veto, rejection and batch norm
+        is_lower = lower if correction == "mis" else 1.0 / upper
+        metrics |= verl_is_metrics(weights, v, is_unit_log_values(log_v, m, corr_level), m, upper, is_lower)
     if corr_veto:
         weights, keep, veto_metrics = _veto(delta, m, weights, keep, corr_veto_threshold, mis_semantics)
         metrics |= veto_metrics
@@ -243,18 +274,72 @@ def _batch_normalize(weights: Tensor, keep: Tensor, level: str,
     return weights, 1.0
 
 
-def _seq_stats(seq: Tensor, upper: float, prefix: str) -> dict[str, float]:
-    """Statistics of per-sequence mean weights (B′,), thresholds C and 1/C."""
+def _seq_stats(seq: Tensor, prefix: str) -> dict[str, float]:
+    """Spread of per-sequence mean weights (B′,): mean, unbiased std (0 for one sequence), max, min and the
+    largest deviation from 1."""
     return {f"{prefix}_seq_mean": seq.mean().item(),
             f"{prefix}_seq_std": seq.std().item() if seq.numel() > 1 else 0.0,
             f"{prefix}_seq_max": seq.max().item(), f"{prefix}_seq_min": seq.min().item(),
-            f"{prefix}_seq_max_deviation": (seq - 1.0).abs().max().item(),
-            f"{prefix}_seq_fraction_high": (seq > upper).float().mean().item(),
-            f"{prefix}_seq_fraction_low": (seq < 1.0 / upper).float().mean().item()}
+            f"{prefix}_seq_max_deviation": (seq - 1.0).abs().max().item()}
+
+
+def _seq_fractions(seq: Tensor, upper: float, lower: float, prefix: str) -> dict[str, float]:
+    """Fractions of per-sequence means (B′,) above `upper` and below `lower`."""
+    return {f"{prefix}_seq_fraction_high": (seq > upper).float().mean().item(),
+            f"{prefix}_seq_fraction_low": (seq < lower).float().mean().item()}
+
+
+def _row_means(x: Tensor, m: Tensor) -> Tensor:
+    """(B′,) mean of x (B, T) over each non-empty row of m (B, T)."""
+    rows = m.sum(-1) > 0
+    return (x.double() * m).sum(-1)[rows] / m.sum(-1)[rows]
+
+
+def _truncated_spread(w: Tensor, m: Tensor, upper: float) -> dict[str, float]:
+    """verl's std and ESS of w (B, T) clamped to [0, U], over m (B, T).
+
+    std is 0 with a single token (verl's rule). ESS = 1 / mean((w_c / (mean w_c + 1e-8))²); 0 when every
+    weight is 0 (verl would divide by zero there: paper-MIS can mask the whole batch).
+    """
+    w_c = w.clamp(0.0, upper)
+    mean = masked_mean(w_c, m)
+    variance = masked_mean(w_c.square(), m) - mean.square()
+    second_moment = masked_mean((w_c / (mean + 1e-8)).square(), m).item()
+    return {"rollout_is_std": variance.clamp(min=0).sqrt().item() if m.sum() > 1 else 0.0,
+            "rollout_is_eff_sample_size": 1.0 / second_moment if second_moment > 0 else 0.0}
+
+
+def verl_is_metrics(w: Tensor, raw: Tensor, unit_log_raw: Tensor | None, m: Tensor, upper: float,
+                    lower: float) -> dict[str, float]:
+    """`rollout_corr/rollout_is_*` as verl 0.9 defines them (module docstring), over all tokens of m (B, T).
+
+    w: (B, T) the correction weight after truncation / band masking, before veto, rejection and batch norm.
+    raw: (B, T) v = exp(clamp(log v, ±20))·m, before truncation or masking.
+    unit_log_raw: (N,) each IS unit's unclamped log v (`is_unit_log_values`); None at token level.
+    upper, lower: U and L of the high / low fractions (L = 0: nothing counts as low).
+    """
+    out = {"rollout_is_mean": masked_mean(w, m).item()}
+    if unit_log_raw is None:  # token level: extremes of the truncated w, fractions of the raw v
+        valid = m > 0
+        out |= {"rollout_is_max": w[valid].max().item(), "rollout_is_min": w[valid].min().item(),
+                "rollout_is_ratio_fraction_high": masked_mean((raw > upper).float(), m).item(),
+                "rollout_is_ratio_fraction_low": masked_mean((raw < lower).float(), m).item()}
+    else:  # one value per unit, read in log space so a huge product is not lost to the ±20 clamp
+        lv = unit_log_raw.double()  # (N,)
+        # both capped at e^20 (verl caps only the max) so that the metric stays finite
+        out |= {"rollout_is_max": math.exp(min(lv.max().item(), LOG_RATIO_CLAMP)),
+                "rollout_is_min": math.exp(min(lv.min().item(), LOG_RATIO_CLAMP)),
+                "rollout_is_ratio_fraction_high": (lv > math.log(upper)).double().mean().item(),
+                "rollout_is_ratio_fraction_low": (lv < _log_or_inf(lower)).double().mean().item()}
+    out |= _truncated_spread(w, m, upper)
+    # per sequence: spread of the mean w, fractions on the mean RAW v (a mean of w ≤ U never exceeds U)
+    out |= _seq_stats(_row_means(w, m), "rollout_is")
+    out |= _seq_fractions(_row_means(raw, m), upper, lower, "rollout_is")
+    return {f"rollout_corr/{key}": value for key, value in out.items()}
 
 
 def applied_weight_metrics(weights: Tensor, keep: Tensor, upper: float) -> dict[str, float]:
-    """`rollout_corr/rollout_is_*`: the weights w (B, T) the loss applies, over the tokens of m′ = keep (B, T).
+    """`rollout_corr/applied_w_*`: the weights w (B, T) the loss applies, over the tokens of m′ = keep (B, T).
 
     Token-weighted mean/std (population)/min/max, ESS 1/mean((w/mean w)²) (verl's form, 0 when every
     weight is 0), fractions above C and below 1/C; per-sequence means of w over each non-empty row of m′.
@@ -262,14 +347,13 @@ def applied_weight_metrics(weights: Tensor, keep: Tensor, upper: float) -> dict[
     valid = keep > 0
     w = weights[valid].double()  # (N′,)
     mean = w.mean()
-    out = {"rollout_is_mean": mean.item(), "rollout_is_max": w.max().item(), "rollout_is_min": w.min().item(),
-           "rollout_is_std": (w.square().mean() - mean.square()).clamp(min=0).sqrt().item(),
-           "rollout_is_eff_sample_size": (1.0 / (w / mean).square().mean()).item() if mean > 0 else 0.0,
-           "rollout_is_ratio_fraction_high": (w > upper).double().mean().item(),
-           "rollout_is_ratio_fraction_low": (w < 1.0 / upper).double().mean().item()}
-    rows = valid.any(-1)  # (B,)
-    seq = (weights.double() * keep).sum(-1)[rows] / keep.sum(-1)[rows]  # (B′,) mean applied weight per row
-    out |= _seq_stats(seq, upper, "rollout_is")
+    out = {"applied_w_mean": mean.item(), "applied_w_max": w.max().item(), "applied_w_min": w.min().item(),
+           "applied_w_std": (w.square().mean() - mean.square()).clamp(min=0).sqrt().item(),
+           "applied_w_eff_sample_size": (1.0 / (w / mean).square().mean()).item() if mean > 0 else 0.0,
+           "applied_w_ratio_fraction_high": (w > upper).double().mean().item(),
+           "applied_w_ratio_fraction_low": (w < 1.0 / upper).double().mean().item()}
+    seq = _row_means(weights, keep)  # (B′,) mean applied weight per non-empty row of m′
+    out |= _seq_stats(seq, "applied_w") | _seq_fractions(seq, upper, 1.0 / upper, "applied_w")
     return {f"rollout_corr/{key}": value for key, value in out.items()}
 
 
@@ -301,5 +385,5 @@ def raw_ratio_metrics(v: Tensor, row_log_v: Tensor | None, m: Tensor, upper: flo
     out["raw_ratio_eff_sample_size"] = 1.0 / masked_mean((clamped / (masked_mean(clamped, m) + 1e-8)).square(),
                                                          m).item()
     seq = (v * m).sum(-1)[rows] / m.sum(-1)[rows]  # (B′,) per-sequence mean value
-    out |= _seq_stats(seq, upper, "raw_ratio")
+    out |= _seq_stats(seq, "raw_ratio") | _seq_fractions(seq, upper, lower, "raw_ratio")
     return {f"rollout_corr/{key}": value for key, value in out.items()}

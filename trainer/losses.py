@@ -34,7 +34,7 @@ from torch import Tensor
 LOG_RATIO_CLAMP = 20.0  # e^20 ≈ 4.9e8: the ±20 safety bound used by verl before exp
 GSPO_LOG_RATIO_MAX = 10.0  # verl compute_policy_loss_gspo bounds log s from above at 10
 RATIO_LEVELS = ("token", "seq", "geo")
-KL_KINDS = ("k1", "kl", "k2", "mse", "k3", "low_var_kl")
+KL_KINDS = ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "k3_is")
 
 
 def masked_fill_zero(x: Tensor, mask: Tensor) -> Tensor:
@@ -248,19 +248,27 @@ def gmpo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tenso
     return _apply_weights(per_token, weights), metrics
 
 
-def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl") -> Tensor:
+def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl", *,
+               old_logp: Tensor | None = None) -> Tensor:
     """Per-token KL-to-reference estimate (verl kl_penalty; http://joschu.net/blog/kl-approx.html), (B, T).
 
     d = logp − ref_logp. k1 / kl: d. k2 / mse: ½d². k3 / low_var_kl: u = ⟦ref_logp − logp⟧,
-    e^u − u − 1, clamped to [−10, 10]. Aggregate it with `aggregate(·, m′)` and weight by β (reference §2.4).
+    e^u − u − 1, clamped to [−10, 10]. k3_is: k3 · π_θ/π_old with the ratio not detached, the importance-corrected
+    estimator (TRL use_bias_correction_kl; DeepSeek-V3.2): k3 is unbiased under π_θ, the tokens come from π_old;
+    needs `old_logp` (B, T). Aggregate it with `aggregate(·, m′)` and weight by β (reference §2.4).
     """
     if kind in ("k1", "kl"):
         return logp - ref_logp
     if kind in ("k2", "mse"):
         return 0.5 * (logp - ref_logp).square()
-    if kind in ("k3", "low_var_kl"):
+    if kind in ("k3", "low_var_kl", "k3_is"):
         u = (ref_logp - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        return (torch.expm1(u) - u).clamp(-10.0, 10.0)  # = e^u − u − 1, without float32's cancellation near 0
+        k3 = (torch.expm1(u) - u).clamp(-10.0, 10.0)  # = e^u − u − 1, without float32's cancellation near 0
+        if kind != "k3_is":
+            return k3
+        if old_logp is None:
+            raise ValueError("kl_penalty: k3_is needs old_logp (the tokens' sampling-time log-probs)")
+        return k3 * torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join(KL_KINDS)}")
 
 
@@ -309,6 +317,85 @@ def quatro(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Ten
     return _apply_weights(masked_fill_zero(per_token, mask), weights), metrics
 
 
+def _binary_kl(p_anchor: Tensor, p: Tensor) -> Tensor:
+    """KL of the two-point distributions {p_a, 1 − p_a} ‖ {p, 1 − p} per token (DPPO's binary KL), (B, T)."""
+    tiny = 1e-8  # as the DPPO code: a sampled token with p = 1 leaves 1 − p = 0
+    return p_anchor * (torch.log(p_anchor + tiny) - torch.log(p + tiny)) + \
+        (1 - p_anchor) * (torch.log(1 - p_anchor + tiny) - torch.log(1 - p + tiny))
+
+
+def dppo_valid(logp: Tensor, rollout_logp: Tensor, advantages: Tensor, *, divergence: str, delta_low: float,
+               delta_high: float) -> Tensor:
+    """DPPO's trust region (arXiv 2602.04879): which tokens keep their gradient, (B, T) bool, no grad.
+
+    A token leaves only when π_θ has moved past δ from the sampler μ in the direction its advantage pushes:
+    tv: A > 0 and p_θ − p_μ > δ_hi, or A ≤ 0 and p_θ − p_μ < −δ_lo; kl: the binary KL(μ ‖ θ) above δ (δ_hi for
+    A > 0, δ_lo otherwise) with p_θ moved the advantage's way. Anchored to μ as the paper's code and SkyRL
+    (verl anchors to the recomputed π_old).
+    """
+    with torch.no_grad():
+        p, p_mu = logp.detach().double().exp(), rollout_logp.double().exp()  # (B, T)
+        if divergence == "tv":
+            up_ok, down_ok = p - p_mu <= delta_high, p - p_mu >= -delta_low
+        else:
+            d = _binary_kl(p_mu, p)
+            up_ok, down_ok = (d <= delta_high) | (p <= p_mu), (d <= delta_low) | (p >= p_mu)
+        return torch.where(advantages > 0, up_ok, down_ok)
+
+
+def _dppo(logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, weights: Tensor | None, *,
+          divergence: str, clip_low: float, clip_high: float) -> tuple[Tensor, dict[str, float]]:
+    """ℓ = −A·r·1[valid], r = π_θ/μ with grad (SkyRL dppo_policy_loss's form); δ_lo/δ_hi are clip_low/clip_high as
+    verl reuses them. (B, T) in, per-token loss (B, T) out."""
+    log_ratio = masked_fill_zero(logp - rollout_logp, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    ratio = torch.exp(log_ratio) * mask
+    valid = dppo_valid(logp, rollout_logp, advantages, divergence=divergence, delta_low=clip_low,
+                       delta_high=clip_high).to(ratio.dtype)  # (B, T)
+    per_token = masked_fill_zero(-advantages * ratio * valid, mask)
+    with torch.no_grad():
+        m = mask.to(ratio.dtype)
+        out = (1 - valid) * m
+        metrics = {"pg_clipfrac": masked_mean(out, m).item(), "out_of_band": masked_mean(out, m).item(),
+                   "dppo_masked_high": masked_mean(out * (advantages > 0), m).item(),
+                   "dppo_masked_low": masked_mean(out * (advantages <= 0), m).item(),
+                   "ppo_kl": masked_mean(-log_ratio, m).item(), "ratio_mean": masked_mean(ratio, m).item()}
+    return _apply_weights(per_token, weights), metrics
+
+
+def dppo_tv(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+            weights: Tensor | None = None, clip_low: float, clip_high: float) -> tuple[Tensor, dict[str, float]]:
+    """DPPO-Binary-TV: the probability difference to the sampler bounds the update (`dppo_valid`); old_logp unused."""
+    return _dppo(logp, rollout_logp, advantages, mask, weights, divergence="tv", clip_low=clip_low,
+                 clip_high=clip_high)
+
+
+def dppo_kl(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+            weights: Tensor | None = None, clip_low: float, clip_high: float) -> tuple[Tensor, dict[str, float]]:
+    """DPPO-Binary-KL: the binary KL to the sampler bounds the update (`dppo_valid`); old_logp unused."""
+    return _dppo(logp, rollout_logp, advantages, mask, weights, divergence="kl", clip_low=clip_low,
+                 clip_high=clip_high)
+
+
+def sapo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+         weights: Tensor | None = None, sapo_tau_pos: float, sapo_tau_neg: float) -> tuple[Tensor, dict[str, float]]:
+    """SAPO (arXiv 2511.20347): a soft gate instead of a hard clip, ℓ = −f_τ(r)·A with f_τ(r) = σ(τ(r − 1))·4/τ,
+    r = π_θ/π_old per token (with grad), τ = τ_pos for A > 0 else τ_neg (verl / SkyRL / TRL: 1.0 / 1.05).
+
+    f′_τ(1) = 1, so on-policy the gradient is GRPO's; away from r = 1 it decays as 4σ(1 − σ)·r instead of dropping
+    to 0 at a clip edge. Aggregated seq-mean-token-mean (REQUIRED_AGG).
+    """
+    log_ratio = masked_fill_zero(logp - old_logp, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    ratio = torch.exp(log_ratio) * mask
+    tau = torch.where(advantages > 0, torch.full_like(ratio, sapo_tau_pos), torch.full_like(ratio, sapo_tau_neg))
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau  # (B, T)
+    per_token = masked_fill_zero(-gate * advantages, mask)
+    with torch.no_grad():
+        m = mask.to(ratio.dtype)
+        metrics = {"sapo_gate_mean": masked_mean(gate, m).item(), "pg_clipfrac": 0.0,
+                   "ppo_kl": masked_mean(-log_ratio, m).item(), "ratio_mean": masked_mean(ratio, m).item()}
+    return _apply_weights(per_token, weights), metrics
+
+
 POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "ppo_clip": ppo_clip,
     "bypass": bypass,
@@ -317,10 +404,14 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "cispo": cispo,
     "gmpo": gmpo,
     "is_reinforce": is_reinforce,
+    "dppo_tv": dppo_tv,
+    "dppo_kl": dppo_kl,
+    "sapo": sapo,
 }
 
 # Aggregation a loss is only correct with (the objective refuses any other `loss_agg`).
-REQUIRED_AGG: dict[str, str] = {"gspo": "seq-mean-token-mean", "gmpo": "seq-mean-token-mean"}
+REQUIRED_AGG: dict[str, str] = {"gspo": "seq-mean-token-mean", "gmpo": "seq-mean-token-mean",
+                                "sapo": "seq-mean-token-mean"}  # verl forces it for SAPO
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:

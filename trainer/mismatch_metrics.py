@@ -13,8 +13,9 @@
   per-sequence and token-weighted, `_tokw`): mean, std, min, max, quantiles p01…p99 and the envelope
   P98 − P2 / log P98 − log P2; ESS (verl form, clamped to [1/C, C], and Kish); P2/P98 of the token ratio
   per rollout-probability bin; |Δp| P75/P99. All of them describe the raw r_mis = π_train(θ_old)/μ, before
-  any truncation or masking; the weights the loss applies are `rollout_corr/rollout_is_*` and the raw
-  value at the correction's level `rollout_corr/raw_ratio_*` (both from `trainer/corrections.py`).
+  any truncation or masking; the weights the loss applies are `rollout_corr/applied_w_*`, verl's statistics of
+  the correction weights (before rejection and batch norm) `rollout_corr/rollout_is_*`, and the raw value at
+  the correction's level `rollout_corr/raw_ratio_*` (all from `trainer/corrections.py`).
 
 Quantiles use at most `max_samples` (2^20) positions drawn uniformly without replacement by a generator
 seeded from (step, rank, metric name) — `torch.quantile` refuses > 2^24 elements (verl PR #3810); linear

@@ -28,6 +28,7 @@ import torch
 from trainer.config import AlgoConfig
 from trainer.corrections import BatchSum, compute_correction
 from trainer.losses import REQUIRED_AGG, aggregate, get_policy_loss, kl_penalty, masked_fill_zero, masked_mean
+from trainer.offpolicy_masks import m2po_keep, opsm_keep
 from trainer.types import Batch
 
 
@@ -60,7 +61,10 @@ def prepare_corrections(algo: AlgoConfig, batch: Batch,
         raise ValueError("prepare_corrections: batch.old_logp is None; run the old-log-prob stage first")
     corr = compute_correction(batch.old_logp, batch.rollout_logp, batch.loss_mask, **correction_kwargs(algo),
                               batch_sum=batch_sum)
-    return corr.weights, corr.keep, corr.metrics
+    if algo.m2_threshold is None:
+        return corr.weights, corr.keep, corr.metrics
+    m2_keep, m2_metrics = m2po_keep(batch.old_logp, batch.rollout_logp, corr.keep, algo.m2_threshold)
+    return corr.weights * m2_keep, m2_keep, corr.metrics | {f"rollout_corr/{k}": v for k, v in m2_metrics.items()}
 
 
 def effective_mask(batch: Batch) -> torch.Tensor:
@@ -133,6 +137,9 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
     # QUATRO drives each sample's log-ratio toward its trust-region target instead of weighting by an advantage
     signal = sub.quatro_targets if sub.quatro_targets is not None else sub.advantages
     per_token, metrics = loss_fn(logp, old, rollout, signal, keep, weights=weights, **loss_kwargs(algo))
+    if algo.opsm_delta is not None:  # sequences off-policy against a negative advantage leave the policy term only
+        opsm, opsm_metrics = opsm_keep(logp, rollout, sub.advantages, keep, algo.opsm_delta)
+        per_token, metrics = per_token * opsm, metrics | opsm_metrics
     agg = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": t_norm}  # mini-batch denominators
     loss = aggregate(per_token, keep, algo.loss_agg, **agg)
     if algo.entropy_coef:
@@ -140,7 +147,7 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
     if algo.kl_coef and not algo.kl_in_reward:  # verl use_kl_loss: β·agg(KL(π_θ ‖ π_ref)) on m′
         if sub.ref_logp is None:
             raise ValueError("algo.kl_coef > 0 needs batch.ref_logp (the reference forward) before the update")
-        kl = kl_penalty(logp, masked_fill_zero(sub.ref_logp, keep), algo.kl_type)  # (b, T)
+        kl = kl_penalty(logp, masked_fill_zero(sub.ref_logp, keep), algo.kl_type, old_logp=old)  # (b, T)
         loss = loss + algo.kl_coef * aggregate(kl, keep, algo.loss_agg, **agg)
         metrics["kl_loss"] = masked_mean(kl.detach(), keep).item()
     metrics["entropy_update"] = masked_mean(entropy.detach(), sub.loss_mask).item()

@@ -62,6 +62,9 @@ LOSS_RATIO: dict[str, tuple[str, str | None, float]] = {
     "cispo": ("old", "token", LOG_RATIO_CLAMP),
     "gmpo": ("old", "geo", LOG_RATIO_CLAMP),
     "is_reinforce": ("rollout", "token", LOG_RATIO_CLAMP),
+    "dppo_tv": ("rollout", "token", LOG_RATIO_CLAMP),
+    "dppo_kl": ("rollout", "token", LOG_RATIO_CLAMP),
+    "sapo": ("old", "token", LOG_RATIO_CLAMP),
 }
 
 

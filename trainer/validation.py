@@ -64,6 +64,12 @@ from trainer.rejection import parse_rs
 from trainer.sampler_mismatch import parse_sampler_quant
 
 Check = tuple[str, str, Callable[[Any], bool]]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 RANGES: tuple[Check, ...] = (
     # (key, what is allowed, test); the reason is the consumer named in the comment
     ("steps", ">= 0", lambda v: v >= 0),
@@ -120,6 +126,10 @@ RANGES: tuple[Check, ...] = (
     ("algo.mipu_val_prompts", ">= 0 (0: rollout.prompts_per_step)", lambda v: v >= 0),
     ("algo.mipu_anneal_steps", ">= 0", lambda v: v >= 0),
     ("algo.kl_coef", ">= 0 (0: no KL to a reference)", lambda v: v >= 0),
+    ("algo.opsm_delta", "null (off) or >= 0", lambda v: v is None or (_number(v) and v >= 0)),
+    ("algo.m2_threshold", "null (off) or > 0", lambda v: v is None or (_number(v) and v > 0)),
+    ("algo.sapo_tau_pos", "> 0", lambda v: v > 0),
+    ("algo.sapo_tau_neg", "> 0", lambda v: v > 0),
     ("algo.dynamic_max_rounds", ">= 1", lambda v: v >= 1),
     ("algo.overlong_buffer", ">= 0 (0: no soft overlong punishment)", lambda v: v >= 0),
     ("algo.overlong_penalty", ">= 0", lambda v: v >= 0),

@@ -40,10 +40,14 @@ def test_tis_token_hand_computed():
     assert m["rollout_corr/raw_ratio_fraction_low"] == 0.0  # 0.5 < 0.5 is false
     # ESS: clamp → [2, 0.5, 1], mean 7/6, normalized [12/7, 3/7, 6/7], mean of squares 189/147 → 147/189
     assert m["rollout_corr/raw_ratio_eff_sample_size"] == pytest.approx(147 / 189, rel=1e-5)
-    # rollout_is_*: the applied w = [2, 0.5, 1]: mean 7/6, max 2, none above C; same ESS (no clamp bites)
-    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(7 / 6)
+    # applied_w_*: the applied w = [2, 0.5, 1]: mean 7/6, max 2, none above C; same ESS (no clamp bites)
+    assert m["rollout_corr/applied_w_mean"] == pytest.approx(7 / 6)
+    assert m["rollout_corr/applied_w_max"] == pytest.approx(2.0)
+    assert m["rollout_corr/applied_w_ratio_fraction_high"] == 0.0
+    assert m["rollout_corr/applied_w_eff_sample_size"] == pytest.approx(147 / 189, rel=1e-5)
+    # rollout_is_* (verl): the same truncated w, but the high fraction counts the raw 3 > C
     assert m["rollout_corr/rollout_is_max"] == pytest.approx(2.0)
-    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == 0.0
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3)
     assert m["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(147 / 189, rel=1e-5)
 
 
@@ -57,11 +61,13 @@ def test_tis_seq_and_geo_hand_computed():
     geo = compute_correction(old, zeros, ones, correction="tis", corr_level="geo", corr_upper=5.0)
     assert torch.allclose(geo.weights, torch.tensor([[2.0, 2.0], [8**0.5, 8**0.5]]), atol=1e-5)
     # raw seq-level value in log space over rows: max = 8 (pre-truncation), fraction above 5 = 1/2;
-    # applied weights [4, 5]: max 5, none above C
+    # applied weights [4, 5]: max 5, none above C; verl's seq-level rollout_is_max is the raw row value 8
     assert seq.metrics["rollout_corr/raw_ratio_max"] == pytest.approx(8.0, rel=1e-5)
     assert seq.metrics["rollout_corr/raw_ratio_fraction_high"] == pytest.approx(0.5)
-    assert seq.metrics["rollout_corr/rollout_is_max"] == pytest.approx(5.0, rel=1e-5)
-    assert seq.metrics["rollout_corr/rollout_is_ratio_fraction_high"] == 0.0
+    assert seq.metrics["rollout_corr/applied_w_max"] == pytest.approx(5.0, rel=1e-5)
+    assert seq.metrics["rollout_corr/applied_w_ratio_fraction_high"] == 0.0
+    assert seq.metrics["rollout_corr/rollout_is_max"] == pytest.approx(8.0, rel=1e-5)
+    assert seq.metrics["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
 
 
 def test_mis_paper_vs_verl_semantics_differ_as_reference_3_2():
@@ -244,45 +250,158 @@ def test_objective_refuses_gspo_with_another_aggregation():
 # ------------------------------------------------------- metrics: applied weights vs raw ratio
 
 
-def test_rollout_is_metrics_describe_applied_weights_under_a_heavy_tail():
+def test_applied_w_metrics_describe_applied_weights_under_a_heavy_tail():
     # token TIS, C = 2: v = [1e6, 1, 1, 0.5] → applied w = [2, 1, 1, 0.5]
     # raw: mean (1e6 + 2.5)/4 = 250000.625, max 1e6; applied: mean 4.5/4 = 1.125 ≤ C, max 2, min 0.5
     old, rollout, mask = _token_case([1e6, 1.0, 1.0, 0.5])
     m = compute_correction(old, rollout, mask, correction="tis", corr_upper=2.0).metrics
     assert m["rollout_corr/raw_ratio_mean"] == pytest.approx(250000.625, rel=1e-5)
     assert m["rollout_corr/raw_ratio_max"] == pytest.approx(1e6, rel=1e-5)
-    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(1.125, rel=1e-6)
-    assert m["rollout_corr/rollout_is_max"] == pytest.approx(2.0) and m["rollout_corr/rollout_is_min"] == 0.5
+    assert m["rollout_corr/applied_w_mean"] == pytest.approx(1.125, rel=1e-6)
+    assert m["rollout_corr/applied_w_max"] == pytest.approx(2.0) and m["rollout_corr/applied_w_min"] == 0.5
     # applied std: E[w²] = (4 + 1 + 1 + 0.25)/4 = 1.5625, minus 1.125² = 1.265625 → √0.296875
-    assert m["rollout_corr/rollout_is_std"] == pytest.approx(0.296875**0.5, rel=1e-5)
+    assert m["rollout_corr/applied_w_std"] == pytest.approx(0.296875**0.5, rel=1e-5)
     # one row: its mean applied weight is the token mean; the raw row mean is the huge one
-    assert m["rollout_corr/rollout_is_seq_mean"] == pytest.approx(1.125, rel=1e-6)
+    assert m["rollout_corr/applied_w_seq_mean"] == pytest.approx(1.125, rel=1e-6)
     assert m["rollout_corr/raw_ratio_seq_mean"] == pytest.approx(250000.625, rel=1e-5)
-    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(m["rollout_corr/weight_mean"])
+    assert m["rollout_corr/applied_w_mean"] == pytest.approx(m["rollout_corr/weight_mean"])
 
 
-def test_rollout_is_metrics_cover_only_what_enters_the_loss():
+def test_applied_w_metrics_cover_only_what_enters_the_loss():
     # seq level, C = 5: row 0 S = 2·ln 1e3 → v = 1e6; row 1 S = 0 → v = 1
     old = torch.tensor([[LN(1e3), LN(1e3)], [0.0, 0.0]])
     zeros, ones = torch.zeros(2, 2), torch.ones(2, 2)
     kw = dict(correction="mis", corr_level="seq", corr_upper=5.0, corr_lower=0.0)
     # verl MIS rejects row 0 (leaves m′): the applied weights are row 1's only → mean = max = 1
     verl = compute_correction(old, zeros, ones, mis_semantics="verl", **kw).metrics
-    assert verl["rollout_corr/rollout_is_mean"] == pytest.approx(1.0)
-    assert verl["rollout_corr/rollout_is_max"] == pytest.approx(1.0)
-    assert verl["rollout_corr/rollout_is_seq_mean"] == pytest.approx(1.0)
+    assert verl["rollout_corr/applied_w_mean"] == pytest.approx(1.0)
+    assert verl["rollout_corr/applied_w_max"] == pytest.approx(1.0)
+    assert verl["rollout_corr/applied_w_seq_mean"] == pytest.approx(1.0)
     assert verl["rollout_corr/raw_ratio_max"] == pytest.approx(1e6, rel=1e-5)
     assert verl["rollout_corr/raw_ratio_fraction_high"] == pytest.approx(0.5)
     # paper MIS keeps row 0 in m′ with w = 0: applied mean (0 + 0 + 1 + 1)/4 = 0.5, min 0, seq mean (0 + 1)/2
     paper = compute_correction(old, zeros, ones, mis_semantics="paper", **kw).metrics
-    assert paper["rollout_corr/rollout_is_mean"] == pytest.approx(0.5)
-    assert paper["rollout_corr/rollout_is_min"] == 0.0
-    assert paper["rollout_corr/rollout_is_max"] == pytest.approx(1.0)
-    assert paper["rollout_corr/rollout_is_seq_mean"] == pytest.approx(0.5)
-    assert paper["rollout_corr/rollout_is_ratio_fraction_low"] == pytest.approx(0.5)  # w = 0 < 1/C on row 0
+    assert paper["rollout_corr/applied_w_mean"] == pytest.approx(0.5)
+    assert paper["rollout_corr/applied_w_min"] == 0.0
+    assert paper["rollout_corr/applied_w_max"] == pytest.approx(1.0)
+    assert paper["rollout_corr/applied_w_seq_mean"] == pytest.approx(0.5)
+    assert paper["rollout_corr/applied_w_ratio_fraction_low"] == pytest.approx(0.5)  # w = 0 < 1/C on row 0
     # TIS with batch norm: applied [5, 5, 1, 1] / 3 (mean over rows (5 + 1)/2) → token mean 1, max 5/3
     tis = compute_correction(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0,
                              corr_batch_norm=True).metrics
-    assert tis["rollout_corr/rollout_is_mean"] == pytest.approx(1.0)
-    assert tis["rollout_corr/rollout_is_max"] == pytest.approx(5 / 3)
+    assert tis["rollout_corr/applied_w_mean"] == pytest.approx(1.0)
+    assert tis["rollout_corr/applied_w_max"] == pytest.approx(5 / 3)
     assert tis["rollout_corr/raw_ratio_mean"] == pytest.approx((2e6 + 2) / 4, rel=1e-5)
+
+
+# ------------------------------------------------------- metrics: verl 0.9's rollout_is_* definitions
+
+
+def test_rollout_is_token_tis_truncates_the_max_but_counts_the_raw_tail():
+    # token TIS, C = 2 (L = 1/C = 0.5): v = [13.4, 1, 1, 0.25] → w = min(v, 2) = [2, 1, 1, 0.25]
+    old, rollout, mask = _token_case([13.4, 1.0, 1.0, 0.25])
+    m = compute_correction(old, rollout, mask, correction="tis", corr_upper=2.0).metrics
+    assert m["rollout_corr/rollout_is_max"] == pytest.approx(2.0)  # verl shows the truncated max
+    assert m["rollout_corr/rollout_is_min"] == pytest.approx(0.25)
+    assert m["rollout_corr/raw_ratio_max"] == pytest.approx(13.4, rel=1e-5)
+    # fractions on the raw v: 13.4 > 2 and 0.25 < 0.5 → 1/4 each (the applied w never exceeds C)
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.25)
+    assert m["rollout_corr/rollout_is_ratio_fraction_low"] == pytest.approx(0.25)
+    assert m["rollout_corr/applied_w_ratio_fraction_high"] == 0.0
+    # mean 4.25/4 = 1.0625; E[w²] = (4 + 1 + 1 + 0.0625)/4 = 1.515625;
+    # var = 1.515625 − 1.0625² = 1.515625 − 1.12890625 = 0.38671875
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(1.0625)
+    assert m["rollout_corr/rollout_is_std"] == pytest.approx(0.38671875**0.5, rel=1e-5)
+    # ESS = mean² / E[w²] = (17/16)² / (97/64) = 289/388
+    assert m["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(289 / 388, rel=1e-5)
+    # one row: seq mean of w 1.0625 (std 0), deviation 0.0625; its raw mean (13.4 + 2.25)/4 = 3.9125 > 2
+    assert m["rollout_corr/rollout_is_seq_mean"] == pytest.approx(1.0625)
+    assert m["rollout_corr/rollout_is_seq_std"] == 0.0
+    assert m["rollout_corr/rollout_is_seq_max_deviation"] == pytest.approx(0.0625, rel=1e-5)
+    assert m["rollout_corr/rollout_is_seq_fraction_high"] == 1.0
+    assert m["rollout_corr/rollout_is_seq_fraction_low"] == 0.0
+
+
+def test_rollout_is_sequence_level_extremes_come_from_the_raw_row_value():
+    # seq TIS, C = 5 (L = 0.2): row 0 Σ Δ = ln 4 + ln 2 → v = 8 → w = 5; row 1 ln 0.5 + ln 0.2 → v = 0.1 = w
+    old = torch.tensor([[LN(4), LN(2)], [LN(0.5), LN(0.2)]])
+    zeros, ones = torch.zeros(2, 2), torch.ones(2, 2)
+    m = compute_correction(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0).metrics
+    assert m["rollout_corr/rollout_is_max"] == pytest.approx(8.0, rel=1e-5)  # raw row value, not the w = 5
+    assert m["rollout_corr/applied_w_max"] == pytest.approx(5.0, rel=1e-5)
+    assert m["rollout_corr/rollout_is_min"] == pytest.approx(0.1, rel=1e-5)
+    # per row: 8 > 5 and 0.1 < 0.2 → 1/2 each
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
+    assert m["rollout_corr/rollout_is_ratio_fraction_low"] == pytest.approx(0.5)
+    # w = [5, 5, 0.1, 0.1]: mean 2.55; E[w²] = 50.02/4 = 12.505, var = 12.505 − 6.5025 = 6.0025 = 2.45²
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(2.55, rel=1e-6)
+    assert m["rollout_corr/rollout_is_std"] == pytest.approx(2.45, rel=1e-5)
+    assert m["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(6.5025 / 12.505, rel=1e-5)
+    # row means of w [5, 0.1]: unbiased std 4.9/√2, largest deviation |5 − 1| = 4; raw row means [8, 0.1]
+    assert m["rollout_corr/rollout_is_seq_std"] == pytest.approx(4.9 / 2**0.5, rel=1e-5)
+    assert m["rollout_corr/rollout_is_seq_max"] == pytest.approx(5.0, rel=1e-5)
+    assert m["rollout_corr/rollout_is_seq_min"] == pytest.approx(0.1, rel=1e-5)
+    assert m["rollout_corr/rollout_is_seq_max_deviation"] == pytest.approx(4.0, rel=1e-5)
+    assert m["rollout_corr/rollout_is_seq_fraction_high"] == pytest.approx(0.5)
+    assert m["rollout_corr/rollout_is_seq_fraction_low"] == pytest.approx(0.5)
+
+
+def test_rollout_is_turn_level_counts_one_unit_per_turn():
+    # alprl's choice for turn levels: each turn is an IS unit, as a row is at seq level.
+    # m = [1, 1, 0, 1]: turn 0 Σ Δ = ln 2 + ln 4 → v = 8 → w = min(8, 4) = 4; turn 1 ln 0.5 → w = 0.5
+    old = torch.tensor([[LN(2), LN(4), 0.0, LN(0.5)]])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]])
+    m = compute_correction(old, torch.zeros(1, 4), mask, correction="tis", corr_level="turn",
+                           corr_upper=4.0).metrics
+    assert m["rollout_corr/rollout_is_max"] == pytest.approx(8.0, rel=1e-5)
+    assert m["rollout_corr/rollout_is_min"] == pytest.approx(0.5, rel=1e-5)
+    # 1 turn of 2 above C (token-weighted it would be 2 tokens of 3)
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
+    assert m["rollout_corr/rollout_is_ratio_fraction_low"] == 0.0  # 0.5 ≥ 1/C = 0.25
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(8.5 / 3, rel=1e-6)  # tokens: (4 + 4 + 0.5)/3
+
+
+def test_rollout_is_is_computed_before_rejection_and_batch_norm():
+    # token TIS, C = 2: v = [4, 1, 1, 0.8] → w = [2, 1, 1, 0.8]. token_k2 at 0.5 rejects v = 4
+    # (½ ln²4 = 0.96); ½ ln²0.8 = 0.025 stays. Batch norm divides the kept [1, 1, 0.8] by their mean 14/15
+    old, rollout, mask = _token_case([4.0, 1.0, 1.0, 0.8])
+    m = compute_correction(old, rollout, mask, correction="tis", corr_upper=2.0, rollout_rs="token_k2",
+                           rollout_rs_threshold="0.5", corr_batch_norm=True).metrics
+    assert m["rollout_corr/rollout_rs_token_k2_masked_fraction"] == pytest.approx(0.25)
+    assert m["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(14 / 15, rel=1e-6)
+    # verl's view: all 4 tokens of m, before rejection and normalization: mean 4.8/4 = 1.2, max 2
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(1.2, rel=1e-6)
+    assert m["rollout_corr/rollout_is_max"] == pytest.approx(2.0)
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.25)
+    assert m["rollout_corr/rollout_is_seq_mean"] == pytest.approx(1.2, rel=1e-6)
+    # the loss's view: [15/14, 15/14, 6/7] on the 3 kept tokens, mean 1
+    assert m["rollout_corr/applied_w_mean"] == pytest.approx(1.0, rel=1e-6)
+    assert m["rollout_corr/applied_w_max"] == pytest.approx(15 / 14, rel=1e-6)
+    assert m["rollout_corr/weight_mean"] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_rollout_is_keeps_mis_rejected_rows_at_weight_zero():
+    # seq verl-MIS, C = 5, L = 0: row 0 v = 1e6 is out of band → w = 0 and leaves m′; row 1 v = 1 → w = 1.
+    # verl's metrics still run over m: mean (0 + 0 + 1 + 1)/4 = 0.5; extremes from the raw rows 1e6 and 1
+    old = torch.tensor([[LN(1e3), LN(1e3)], [0.0, 0.0]])
+    m = compute_correction(old, torch.zeros(2, 2), torch.ones(2, 2), correction="mis", corr_level="seq",
+                           corr_upper=5.0, corr_lower=0.0, mis_semantics="verl").metrics
+    assert m["rollout_corr/rollout_is_mean"] == pytest.approx(0.5)
+    assert m["rollout_corr/rollout_is_max"] == pytest.approx(1e6, rel=1e-5)
+    assert m["rollout_corr/rollout_is_min"] == pytest.approx(1.0)
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
+    assert m["rollout_corr/rollout_is_ratio_fraction_low"] == 0.0  # L = 0
+    # ESS: w normalized by 0.5 → [0, 0, 2, 2], mean square 2 → 0.5; raw row means [1e6, 1] → 1/2 above C
+    assert m["rollout_corr/rollout_is_eff_sample_size"] == pytest.approx(0.5, rel=1e-6)
+    assert m["rollout_corr/rollout_is_seq_fraction_high"] == pytest.approx(0.5)
+    assert m["rollout_corr/applied_w_mean"] == pytest.approx(1.0)  # only row 1 enters the loss
+
+
+def test_rollout_is_ess_is_zero_when_every_weight_is_masked():
+    # paper MIS, band [0.5, 2]: v = [4, 0.25] are both out → w = [0, 0]; verl's ESS would divide by zero
+    old, rollout, mask = _token_case([4.0, 0.25])
+    m = compute_correction(old, rollout, mask, correction="mis", corr_upper=2.0, corr_lower=0.5).metrics
+    assert m["rollout_corr/rollout_is_mean"] == 0.0 and m["rollout_corr/rollout_is_max"] == 0.0
+    assert m["rollout_corr/rollout_is_eff_sample_size"] == 0.0 and m["rollout_corr/rollout_is_std"] == 0.0
+    assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.5)
+    assert m["rollout_corr/rollout_is_ratio_fraction_low"] == pytest.approx(0.5)

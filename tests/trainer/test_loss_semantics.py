@@ -69,7 +69,17 @@ def ref_dual_clip(log_r, a, lo, hi, c):
 # each entry's default (ε_lo, ε_hi, c) in the registry (trainer/losses.py signatures, reference §3)
 DEFAULT_CLIPS = {"ppo_clip": (0.2, 0.28, 3.0), "bypass": (0.5, 3.0, 3.0), "gspo": (3e-4, 4e-4, None),
                  "quatro": (None, None, None), "cispo": (1.0, 4.0, None), "is_reinforce": (1.0, 1.0, None),
-                 "gmpo": (0.4, 0.4, None)}
+                 "gmpo": (0.4, 0.4, None), "dppo_tv": (0.2, 0.2, None), "dppo_kl": (0.05, 0.05, None),
+                 "sapo": (None, None, None)}
+SAPO_TAUS = (1.0, 1.05)  # τ_pos, τ_neg (configs/algorithms/sapo.yaml)
+
+
+def _dppo_valid(p, p_mu, a, lo, hi, divergence):
+    """DPPO's trust region (arXiv 2602.04879): a token stays unless p_θ moved past δ from μ the way A pushes."""
+    if divergence == "tv":
+        return p - p_mu <= hi if a > 0 else p - p_mu >= -lo
+    d = p_mu * math.log((p_mu + 1e-8) / (p + 1e-8)) + (1 - p_mu) * math.log((1 - p_mu + 1e-8) / (1 - p + 1e-8))
+    return (d <= hi or p <= p_mu) if a > 0 else (d <= lo or p >= p_mu)
 
 
 def _sg_weighted_log_pi(log_r, logp, a, lo, hi):
@@ -103,6 +113,14 @@ def ref_policy_loss(name, lps, keep, adv, level="token", clips=None):
         elif name in ("cispo", "is_reinforce"):  # the weight's denominator: π_old (CISPO) or μ (bypass)
             den = old[b] if name == "cispo" else rollout[b]
             row = [_sg_weighted_log_pi(x - y, x, a, lo, hi) for x, y in zip(logp[b], den, strict=True)]
+        elif name in ("dppo_tv", "dppo_kl"):  # −A·r·1[valid], r = π_θ/μ
+            row = [-a * math.exp(max(-20.0, min(20.0, x - y)))
+                   * _dppo_valid(math.exp(x), math.exp(y), a, lo, hi, name.removeprefix("dppo_")) if k else 0.0
+                   for x, y, k in zip(logp[b], rollout[b], row_keep, strict=True)]  # padding: log-probs > 0
+        elif name == "sapo":  # −σ(τ(r − 1))·4/τ·A, r = π_θ/π_old, τ by the sign of A
+            tau = SAPO_TAUS[0] if a > 0 else SAPO_TAUS[1]
+            row = [-a * 4 / tau / (1 + math.exp(-tau * (math.exp(max(-20.0, min(20.0, x - y))) - 1)))
+                   for x, y in zip(logp[b], old[b], strict=True)]
         elif name == "gmpo":  # −A·exp(mean_t of the log ratio clipped pessimistically in log space)
             sign = (a > 0) - (a < 0)
             cs = [sign * min(sign * d, sign * max(-lo, min(hi, d)))
@@ -204,7 +222,8 @@ def test_each_loss_reads_its_own_log_probs_hand_computed():
 
 LEVELS = ("token", "seq", "geo")
 LOSS_CASES = [("ppo_clip", lv) for lv in LEVELS] + [("bypass", lv) for lv in LEVELS] + [
-    ("gspo", "geo"), ("quatro", "geo"), ("cispo", "token"), ("is_reinforce", "token"), ("gmpo", "geo")]
+    ("gspo", "geo"), ("quatro", "geo"), ("cispo", "token"), ("is_reinforce", "token"), ("gmpo", "geo"),
+    ("dppo_tv", "token"), ("dppo_kl", "token"), ("sapo", "token")]
 UPD_SCALE = {"gspo": 1e-3}  # GSPO's band is ±4e-4: smaller steps keep some ratios inside it
 
 
@@ -212,6 +231,10 @@ def _registry_call(name, level, lps, mask, adv):
     kwargs = {"quatro_delta": 0.02} if name == "quatro" else {}
     if name in ("ppo_clip", "bypass"):
         kwargs["upd_level"] = level
+    if name.startswith("dppo_"):  # the 2026 entries state their hyperparameters: no signature defaults
+        kwargs |= dict(zip(("clip_low", "clip_high"), DEFAULT_CLIPS[name][:2], strict=True))
+    if name == "sapo":
+        kwargs |= {"sapo_tau_pos": SAPO_TAUS[0], "sapo_tau_neg": SAPO_TAUS[1]}
     loss, _ = POLICY_LOSSES[name](lps["logp"], lps["old_logp"], lps["rollout_logp"], adv, mask, **kwargs)
     return loss
 
