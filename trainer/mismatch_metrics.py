@@ -212,6 +212,10 @@ def mismatch_diagnostics(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, r
         for prefix, rows in (("positive_", rewards > 0), ("negative_", rewards <= 0)):
             out |= _offpolicy(old, roll, m & rows[:, None], prefix)
     delta = torch.where(m, old - roll, 0.0)  # (B, T)
+    # the zero-mismatch gate's number (slime gates CI on it): how far the trainer's log-prob of a sampled token
+    # is from the sampler's, at worst and on average
+    out["rollout_corr/logp_abs_diff_max"] = delta[m].abs().max().item()
+    out["rollout_corr/logp_abs_diff_mean"] = delta[m].abs().mean().item()
     out |= log_ratio_stats(delta, m, name="mis", step=step, rank=rank, max_samples=max_samples)
     ratio = _safe_exp(delta[m])  # (N,) token r_mis
     clamped = ratio.clamp(1.0 / is_threshold, is_threshold)

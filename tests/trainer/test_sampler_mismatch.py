@@ -123,6 +123,8 @@ def test_an_fp32_sampler_has_a_smaller_kl_than_a_bf16_one(tmp_path, sft_dir):
     fp32, bf16 = (_train(tmp_path, sft_dir, d, f"rollout.dtype={d}")[0] for d in ("float32", "bfloat16"))
     print("k3 KL fp32/bf16:", fp32["rollout_corr/k3_kl"], bf16["rollout_corr/k3_kl"])  # measured: 8e-14, 3e-5
     assert fp32["rollout_corr/k3_kl"] < 1e-9 < 1e-6 < bf16["rollout_corr/k3_kl"]
+    # the zero-mismatch gate's metric, every step: fp32/fp32 within the bound of tests/agents/test_zero_mismatch.py
+    assert fp32["rollout_corr/logp_abs_diff_max"] <= 1e-5 < 1e-3 < bf16["rollout_corr/logp_abs_diff_max"]
     assert (fp32["mismatch/sampler_dtype_bits"], bf16["mismatch/sampler_dtype_bits"]) == (32.0, 16.0)
 
 
