@@ -104,6 +104,8 @@ class Suite:
     """Run the robustness sweep on each cell's final checkpoint."""
     claim: str = ""
     """What the papers claim this comparison shows, printed beside the measured verdicts (never a verdict)."""
+    cost: str = ""
+    """Its cells at --scale default and their measured minutes on the 2-core machine (docs/experiments.md)."""
     pair_arms: Callable[[list[str]], list[tuple[str, str]]] | None = None
     """A factorial suite's own (arm, against) pairs, from the planned arms (instead of the baseline rules)."""
 
@@ -205,35 +207,52 @@ def _mismatch_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
 SUITES = {s.name: s for s in (
     Suite("alp", "GRPO, Seq-Bypass, Seq/Token-MIS and Token/Seq-ALP under one dialled mismatch (ALP Tables 1/3, "
           "Figures 1-5, 10)", ("grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp"),
-          _alp_settings, baseline_method="grpo", claim="under training-inference mismatch Token/Seq-ALP reach a "
+          _alp_settings, baseline_method="grpo",
+          cost="18 cells (6 methods × lag2 × 3 seeds): 43.2 min, 2.4 min a cell (2026-12-01, beside "
+               "other work)",
+          claim="under training-inference mismatch Token/Seq-ALP reach a "
           "higher held-out avg@k than GRPO, Seq-Bypass, Token-MIS and Seq-MIS",
           also_compare=tuple((alp, other) for alp in ("token_alp", "seq_alp")
                              for other in ("seq_bypass", "token_mis", "seq_mis"))),
     Suite("layers", "Seq-ALP on all / early / middle / late decoder layers and on the logits only (ALP Table 4, "
           "Figure 6)", ("seq_alp",), _layer_settings, baseline_setting="layers_all",
+          cost="15 cells (5 settings × 3 seeds): 2.5-5 min a cell (33.3 min for seeds 0-1)",
           claim="perturbing all layers beats partial layers, which beat logits-only",
           also_compare=tuple((part, "logits_only") for part in ("layers_early", "layers_middle", "layers_late"))),
     Suite("sensitivity", "Token-ALP under policy lag 2 over σ0 (absolute and relative to rms(h)) × σ learning rate "
           "(ALP Figure 9; --methods seq_alp --settings ... for Seq-ALP at chosen σ0)", ("token_alp",),
-          _sensitivity_settings, baseline_setting="abs1e-06_lr0.0005", claim="σ0 and its learning rate matter"),
+          _sensitivity_settings, baseline_setting="abs1e-06_lr0.0005",
+          cost="36 cells at --seeds 0,1 (18 settings × 2 seeds): 5.7-6 min a cell one at a time beside "
+               "other work (2026-12-03); see docs/experiments.md, Cost, for --parallel 2",
+          claim="σ0 and its learning rate matter"),
     Suite("ablation", "Loss level (token/seq Bypass) × clip band (0.2/0.28, 0.5/3.0) × perturbation (off, absolute "
           "σ0 1e-6, relative σ0) under policy lag 2: what of Token-ALP's lead is the noise, what the clip",
           ("token_bypass", "seq_bypass"), _ablation_settings, pair_arms=ablation_comparisons,
+          cost="36 cells (2 methods × 6 settings × 3 seeds), 9 of them the alp suite's runs with "
+               "--reuse: ~2.5-6 min a cell as the sensitivity suite's",
           claim="the perturbation itself, not the clip range, makes ALP better than Bypass under mismatch"),
     Suite("robustness", "GRPO, SPrPO and Seq-ALP on the household, then the robustness sweep of each final "
           "checkpoint (SPrPO's claim)", ("grpo", "sprpo", "seq_alp"), _plain_setting,
           config="configs/household_tiny.yaml", baseline_method="grpo", robustness=True,
+          cost="9 cells on the household, 18-58 min a cell with its sweep, plus the household SFT start "
+               "(45-94 min) when missing",
           claim="SPrPO's policy keeps its success under hidden-state noise, pruning and quantization better than "
           "GRPO's"),
     Suite("staleness", "GRPO, QUATRO and Seq-ALP under policy lag 0/1/2 and a 3× learning rate (QUATRO's claim)",
           ("grpo", "quatro", "seq_alp"), _staleness_settings, baseline_method="grpo",
+          cost="36 cells (3 methods × 4 settings × 3 seeds): 29.3 min for seed 0's 12 cells (2.4 min a "
+               "cell)",
           claim="QUATRO trains stably under increased policy staleness and aggressive learning rates"),
     Suite("mismatch", "GRPO, Token-MIS and MIPU over sampler fake quantization none/int8/int4/int3 (MIPU's claim)",
           ("grpo", "token_mis", "mipu"), _mismatch_settings, baseline_method="grpo",
+          cost="36 cells (3 methods × 4 samplers × 3 seeds): not run yet; ~2.5 min a cell expected on "
+               "the demo recipe",
           claim="MIPU performs better on average and more stably under high mismatch"),
     Suite("gigpo", "GRPO and GiGPO (step-level advantages over anchor states) on the household; the shop with "
           "--config configs/webshop_tiny.yaml", ("grpo", "gigpo"), _plain_setting,
           config="configs/household_tiny.yaml", baseline_method="grpo",
+          cost="6 cells on the household (21.6-22.6 min a cell), the shop 9-12.5 min a cell plus its SFT "
+               "start (47 min)",
           claim="GiGPO's step-level credit over anchor states beats episode-level GRPO on multi-turn agent tasks "
           "(arXiv 2505.10978, ALFWorld and WebShop)"),
 )}

@@ -51,7 +51,7 @@ PLAN_FILE = "experiment.json"
 
 
 def add_experiment_parser(sub) -> None:
-    suites = "\n".join(f"  {s.name:<12} {s.doc}" for s in SUITES.values())
+    suites = "\n".join(f"  {s.name:<12} {s.doc}\n  {'':<12} cost: {s.cost}" for s in SUITES.values())
     scales = "\n".join(f"  {s.name:<8} {s.summary}" for s in SCALES.values())
     p = sub.add_parser(
         "experiment", help="the papers' comparisons: methods × settings × seeds from one SFT start → report",
