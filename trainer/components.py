@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import torch
@@ -23,11 +24,14 @@ from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent
 from trainer.config import TrainConfig
-from trainer.distributed import SINGLE, DistContext, shard_policy, visible_devices
+from trainer.distributed import SINGLE, DistContext, build_grad_scaler, shard_policy, visible_devices
 from trainer.full_weights import full_named_parameters
 from trainer.reference import frozen
 from trainer.sampler_mismatch import SamplerSync, parse_sampler_quant
 from trainer.sft_cache import check_warm_start
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,10 @@ class Components:
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
     dist: DistContext = SINGLE
     """This process's rank, world size and device (trainer/distributed.py)."""
+    grad_scaler: ShardedGradScaler | None = None
+    """fp16's dynamic loss scaler (distributed.mixed_precision=fp16), its state saved with checkpoints; None
+    otherwise. MIPU's rollback restores the model and optimizer, not the scale: it tracks fp16's range, not the
+    policy."""
 
     def extra_modules(self) -> list[torch.nn.Module]:
         """Trainable state beside the model and its optimizer (the ALP log σ), for snapshots and checkpoints."""
@@ -149,4 +157,4 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
                       perturbation=perturbation, reference=reference, sampler=sampler,
                       pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency, thread_name_prefix="env-step"),
-                      dist=ctx)
+                      dist=ctx, grad_scaler=build_grad_scaler(cfg, ctx))

@@ -330,6 +330,8 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if hint is int and isinstance(value, int) and not isinstance(value, bool):
         return value
     if hint is str:
+        if isinstance(value, bool):  # YAML 1.1 reads on/off/yes/no as booleans: `distributed.fsdp=off` means "off"
+            return "on" if value else "off"
         return "" if value is None else str(value)
     if hint in (int, float) and isinstance(value, str):
         try:  # YAML 1.1 reads "1e-3" as a string

@@ -15,10 +15,16 @@ class DistributedConfig:
     positive value must match what torchrun started, and is the world size `alprl train --dry-run` plans for."""
     fsdp: str = "auto"
     """auto: FSDP2 (`fully_shard`, each decoder layer then the root) when the world size is > 1 or
-    mixed_precision is bf16; on: also on one process; off: never (refused above one process)."""
+    mixed_precision is bf16 or fp16; on: also on one process; off: never (refused above one process)."""
     mixed_precision: str = "fp32"
-    """fp32, or bf16: bf16 parameters for forward/backward, fp32 master weights, optimizer state and gradient
-    reductions (FSDP2 MixedPrecisionPolicy; needs FSDP)."""
+    """fp32, bf16 or fp16. bf16: bf16 parameters for forward/backward, fp32 master weights, optimizer state and
+    gradient reductions (FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16); needs FSDP). fp16: the same with
+    param_dtype=float16, plus dynamic loss scaling (each micro-batch loss × the scale before backward, gradients
+    unscaled before clipping, a step whose gradients overflow skipped and the scale halved; doubled after
+    growth_interval=400 clean steps, as verl). An fp16 sampler and trainer share fp16's 10-bit mantissa
+    (arXiv 2510.26788, "Defeating the training-inference mismatch via FP16")."""
+    fp16_init_scale: float = 65536.0
+    """The loss scale fp16 starts from (torch's GradScaler default 2^16); restored from a checkpoint on resume."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (transformers' gradient checkpointing)."""
     backend: str = "auto"

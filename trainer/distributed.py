@@ -9,7 +9,9 @@ forwards as every other rank. What makes N ranks train like one process on the g
   its rows' sum over the *global* count and the sum over ranks is the one-process loss;
 - **summed gradients**: FSDP2 reduce-scatters the gradients with divide factor 1 (a sum, not its default mean),
   and replicated trainable tensors outside FSDP (ALP's log σ) are all-reduced the same way;
-- **one global grad norm**: the squared norms of the local shards are summed over ranks before clipping.
+- **one global grad norm**: the squared norms of the local shards are summed over ranks before clipping;
+- **one overflow decision** (mixed_precision=fp16): the loss scaler's found-inf flag is all-reduced, so every
+  rank skips the same steps and keeps the same scale (`build_grad_scaler`).
 
 ALP noise is seeded by (step, mini-batch, micro-batch, rank), so ranks draw different noise. Without torchrun
 (WORLD_SIZE unset or 1) nothing here creates a process group and the trainer runs as one process.
@@ -25,7 +27,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -36,7 +39,12 @@ from agents.perturbation import decoder_layers
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
 
+if TYPE_CHECKING:
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
 COLLECTIVE_TIMEOUT = timedelta(hours=2)  # rank 0 evaluates alone while the others wait in a barrier
+HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""distributed.mixed_precision → FSDP2's param_dtype (forward/backward); fp32 trains without a policy dtype."""
 
 
 @dataclass(frozen=True)
@@ -138,8 +146,8 @@ def init_distributed(cfg: TrainConfig) -> DistContext:
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    mode, bf16 = cfg.distributed.fsdp, cfg.distributed.mixed_precision == "bf16"
-    fsdp = mode == "on" or (mode == "auto" and (world > 1 or bf16))  # bf16 compute is FSDP's MixedPrecisionPolicy
+    mode, half = cfg.distributed.fsdp, cfg.distributed.mixed_precision in HALF_DTYPES
+    fsdp = mode == "on" or (mode == "auto" and (world > 1 or half))  # 16-bit compute is FSDP's MixedPrecisionPolicy
     if world == 1 and not fsdp:
         return DistContext(device=device)
     owns = not dist.is_initialized()
@@ -199,9 +207,9 @@ def shard_policy(model: nn.Module, cfg: TrainConfig, ctx: DistContext) -> nn.Mod
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    bf16 = cfg.distributed.mixed_precision == "bf16"
-    # bf16 compute, fp32 master weights (the sharded parameters) and fp32 gradient reductions
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32)
+    # bf16 / fp16 compute, fp32 master weights (the sharded parameters) and fp32 gradient reductions
+    policy = MixedPrecisionPolicy(param_dtype=HALF_DTYPES.get(cfg.distributed.mixed_precision),
+                                  reduce_dtype=torch.float32)
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
@@ -248,3 +256,47 @@ def clip_global_grad_norm(ctx: DistContext, params: list[Tensor], max_norm: floa
         for g in grads:
             g.mul_(scale.to(device=g.device, dtype=g.dtype))
     return float(total)
+
+
+# ---------------------------------------------------------------------------------------- fp16 loss scaling
+
+FP16_GROWTH_INTERVAL = 400  # verl's ShardedGradScaler(growth_interval=400) when FSDP's param_dtype is fp16
+
+
+def build_grad_scaler(cfg: TrainConfig, ctx: DistContext) -> ShardedGradScaler | None:
+    """The dynamic loss scaler of `distributed.mixed_precision=fp16` (None otherwise), created once per run.
+
+    torch's ShardedGradScaler, as verl uses: its `unscale_` all-reduces the found-inf flag over the process group,
+    so every rank skips the same steps and keeps the same scale. fp16 always runs under FSDP (validation), so the
+    group exists, a group of one without torchrun (`init_distributed`).
+    """
+    if cfg.distributed.mixed_precision != "fp16":
+        return None
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler  # here: only fp16 runs import it
+
+    # process_group=None is the default group at each call; the keyword's default (WORLD at import) would go stale
+    # once a run in this process destroys its group and a later run makes another
+    return ShardedGradScaler(ctx.device.type, init_scale=cfg.distributed.fp16_init_scale,
+                             growth_interval=FP16_GROWTH_INTERVAL, process_group=None)
+
+
+class LocalGrads:
+    """The optimizer as a grad scaler is shown it: every gradient as a plain tensor, and the optimizer's `step`.
+
+    torch's scalers unscale with one foreach call per device and dtype, and that call refuses FSDP2's DTensor
+    gradients beside plain ones (ALP's log σ lives outside FSDP): "got mixed torch.Tensor and DTensor" (torch
+    2.13, seen on CPU/gloo; DTensor's dispatch does not depend on the device). A DTensor's local shard is a view of its storage, so unscaling the shard in place
+    unscales the gradient; a rank sees only its shards, which is why the found-inf flag is all-reduced.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.param_groups = [{"params": [SimpleNamespace(grad=_local(p.grad)) for p in group["params"]
+                                         if p.grad is not None]} for group in optimizer.param_groups]
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+
+def _local(grad: Tensor) -> Tensor:
+    return grad.to_local() if isinstance(grad, DTensor) else grad

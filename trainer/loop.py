@@ -119,7 +119,8 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
                              noise_base=derive_seed("alp-noise", cfg.seed, step, k),
                              norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens,
                              diagnose=diag_suffixes(k, len(minibatches)) if cfg.diagnostics.every else (),
-                             extra_forwards=diagnose, diag_rows=cfg.diagnostics.rows, ctx=c.dist)
+                             extra_forwards=diagnose, diag_rows=cfg.diagnostics.rows, ctx=c.dist,
+                             scaler=c.grad_scaler)
                for k, rows in enumerate(minibatches)]
     metrics = mean_of(records)
     metrics["actor/grad_norm_nonfinite"] = sum(r["actor/grad_norm_nonfinite"] for r in records)
@@ -228,9 +229,10 @@ def evaluation_episodes(c: Components, cfg: TrainConfig, s, step: int) -> list[d
 
 def extra_state(c: Components, algos: AlgorithmState, rollouts: AsyncRollouts | None = None) -> dict:
     """Trainer state that is not part of the HF model (never exported): the ALP log σ, the algorithms' state,
-    the batches asynchronous rollouts sampled with older weights."""
+    the batches asynchronous rollouts sampled with older weights, fp16's loss scale."""
     extra = {"perturbation": c.perturbation.state_dict() if c.perturbation else None,
-             "algorithms": algos.state_dict()}
+             "algorithms": algos.state_dict(),
+             "grad_scaler": c.grad_scaler.state_dict() if c.grad_scaler else None}
     if rollouts is not None:
         extra["async_rollouts"] = rollouts.state_dict()
     return extra
@@ -242,6 +244,8 @@ def load_extra_state(c: Components, algos: AlgorithmState, state: dict) -> int:
     if c.perturbation is not None and extra.get("perturbation") is not None:
         c.perturbation.load_state_dict(extra["perturbation"])
     algos.load_state_dict(extra.get("algorithms") or {})
+    if c.grad_scaler is not None and extra.get("grad_scaler"):  # else (saved by an fp32/bf16 run) its init scale
+        c.grad_scaler.load_state_dict(extra["grad_scaler"])
     return state["step"]
 
 

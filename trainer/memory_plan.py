@@ -46,7 +46,7 @@ class MemoryPlan:
     model: str
     params: int
     world: int
-    precision: str  # compute dtype: bf16 | fp32
+    precision: str  # compute dtype: bf16 | fp16 | fp32
     fsdp: bool
     micro_batch: int
     seq_tokens: int  # prompt + response tokens of one sequence
@@ -111,7 +111,7 @@ def _state_rows(s: ModelShape, cfg: Any, shard: int, fsdp: bool, e: int) -> list
         rows.append(Row("FSDP all-gathered copy", unsharded * (e + 4), 0,
                         f"(embed/head + 2 layers) × ({e} B params + 4 B grads)"))
     if cfg.algo.kl_coef > 0:  # trainer/reference.py: the frozen starting policy of the KL term
-        dtype = "bf16" if e == 2 else "fp32"
+        dtype = cfg.distributed.mixed_precision if e == 2 else "fp32"
         rows.append(Row(f"reference model {dtype}", p * e // shard, p * e // shard, f"P × {e} B {per}"))
     return rows
 
@@ -154,17 +154,18 @@ def plan_memory(cfg: Any) -> MemoryPlan:
     """Per-GPU memory of `cfg`'s run at its configured world size; raises `ConfigError` when the shape is unknown."""
     d, s = cfg.distributed, model_shape(cfg)
     world = d.world_size or 1
-    # trainer/config_dist.py's fsdp modes; bf16 needs FSDP2's MixedPrecisionPolicy (validation refuses it with
-    # fsdp=off), so auto with bf16 is planned as FSDP even on one process
-    fsdp = d.fsdp == "on" or (d.fsdp == "auto" and (world > 1 or d.mixed_precision == "bf16"))
+    # trainer/config_dist.py's fsdp modes; bf16 and fp16 need FSDP2's MixedPrecisionPolicy (validation refuses them
+    # with fsdp=off), so auto with either is planned as FSDP even on one process
+    half = d.mixed_precision in ("bf16", "fp16")
+    fsdp = d.fsdp == "on" or (d.fsdp == "auto" and (world > 1 or half))
     shard = world if fsdp else 1
-    e = 2 if d.mixed_precision == "bf16" else 4  # bytes per element of the forward/backward compute
+    e = 2 if half else 4  # bytes per element of the forward/backward compute
     device = int(d.device_memory_gib * GIB) if d.device_memory_gib > 0 else None
     rows = [*_state_rows(s, cfg, shard, fsdp, e), *_batch_rows(s, cfg, e, d.activation_checkpointing),
             _sampler_row(s, cfg, device)]
     if device is not None:
         rows.append(Row("CUDA context, NCCL", int(RUNTIME_GIB * GIB), int(RUNTIME_GIB * GIB), "assumed"))
-    return MemoryPlan(model=s.name, params=s.params(), world=world, precision="bf16" if e == 2 else "fp32",
+    return MemoryPlan(model=s.name, params=s.params(), world=world, precision=d.mixed_precision if half else "fp32",
                       fsdp=fsdp, micro_batch=cfg.optim.micro_batch_size, seq_tokens=_seq_tokens(cfg),
                       checkpointing=d.activation_checkpointing, rows=rows, device_bytes=device)
 

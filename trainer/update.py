@@ -4,6 +4,10 @@ Stages used by the loop: `old_logprobs` (no grad, unperturbed) and `update_polic
 global grad clip → non-finite guard → optimizer step). What is optimized lives in `objective.py`;
 this module never branches on algorithm names.
 
+With `distributed.mixed_precision=fp16` a grad scaler (`trainer/distributed.py` build_grad_scaler) makes it
+verl's sequence: scale(loss).backward() per micro-batch → unscale → clip → step unless a gradient overflowed →
+update the scale.
+
 Legend: B trajectories in the rollout batch, T response positions.
 """
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -20,6 +25,7 @@ from trainer.config import AlgoConfig
 from trainer.distributed import (
     SINGLE,
     DistContext,
+    LocalGrads,
     clip_global_grad_norm,
     global_counts,
     reduce_replicated_grads,
@@ -28,6 +34,9 @@ from trainer.logprobs import compute_logprobs
 from trainer.objective import denominators, micro_batch_objective
 from trainer.ratio_diagnostics import RatioProbe, layer_group_prob_shift, spaced_rows
 from trainer.types import Batch
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 
 @torch.no_grad()
@@ -74,7 +83,8 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
                   algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float,
                   perturbation: LayerwisePerturbation | None = None, noise_base: int = 0,
                   norm_len: int | None = None, diagnose: tuple[str, ...] = (), extra_forwards: bool = True,
-                  diag_rows: int = 0, ctx: DistContext = SINGLE) -> dict[str, float]:
+                  diag_rows: int = 0, ctx: DistContext = SINGLE,
+                  scaler: ShardedGradScaler | None = None) -> dict[str, float]:
     """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
 
     With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
@@ -87,6 +97,11 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     Under data parallelism (`ctx`, trainer/distributed.py) `rows` are this rank's: the denominators, the loss,
     the ALP log σ gradients and the grad norm are global, so every rank takes the same step decision; the other
     metrics are this rank's (the loop averages them over ranks).
+
+    With a `scaler` (mixed_precision=fp16) each micro-batch's loss is multiplied by the loss scale before backward
+    and the gradients divided by it before anything reads them; a step whose gradients overflowed is skipped
+    (counted in `actor/grad_norm_nonfinite`, flagged in `actor/fp16_overflow`) and the scale halved. The logged
+    loss and grad norm are the unscaled ones.
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -105,7 +120,7 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
             logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=True)
             loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs,
                                                   norm_len=norm_len)
-            loss.backward()
+            (scaler.scale(loss) if scaler is not None else loss).backward()  # fp16: tiny gradients not flushed to 0
         if probe is not None and perturbation is not None and i == 0 and "" in diagnose and extra_forwards:
             probe.extra |= layer_group_prob_shift(model, sub.select(spaced_rows(len(sub), diag_rows)), perturbation,
                                                   noise_seed(noise_base, ctx.rank), temperature)
@@ -122,16 +137,24 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     if ctx.enabled:
         reduce_replicated_grads(ctx, params)  # ALP's log σ: each rank holds its rows' share of the gradient
         total_loss = float(ctx.all_reduce_sum(torch.tensor(total_loss, dtype=torch.float64)))
+    local_grads = None
+    if scaler is not None:  # every param group (ALP's log σ too), before anything reads a gradient
+        local_grads = LocalGrads(optimizer)
+        scaler.unscale_(local_grads)  # found-inf is all-reduced over ranks
     extra = perturbation.metrics() if perturbation else {}  # before the step: log σ gradient norm
     if ctx.fsdp:
         grad_norm = clip_global_grad_norm(ctx, params, grad_clip)
     else:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip).item()
-    skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))
+    skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))  # the same on every rank: both global
     if skipped:
-        optimizer.zero_grad(set_to_none=True)  # non-finite loss or gradient: skip the step, count it
+        optimizer.zero_grad(set_to_none=True)  # non-finite loss or gradient (an fp16 overflow): skip, count it
+    elif scaler is not None:
+        scaler.step(local_grads)  # the optimizer's step (the scaler found no inf either: the norm is finite)
     else:
         optimizer.step()
+    if scaler is not None:
+        extra |= _update_loss_scale(scaler)
     out = {f"actor/{k}": v for k, v in sums.items()}
     out.update({"loss/policy": total_loss, "actor/grad_norm": grad_norm,
                 "actor/grad_norm_nonfinite": float(skipped),
@@ -140,6 +163,14 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     for suffix in diagnose:
         out.update(probe.metrics(suffix))
     return out
+
+
+def _update_loss_scale(scaler: ShardedGradScaler) -> dict[str, float]:
+    """Halve the scale after an overflow, double it after its growth interval of clean steps; returns the scale
+    this step's gradients were multiplied by and whether they overflowed (1.0: the step was skipped)."""
+    used = scaler.get_scale()
+    scaler.update()
+    return {"actor/loss_scale": used, "actor/fp16_overflow": float(scaler.get_scale() < used)}
 
 
 def _clean_logp(model: nn.Module, sub: Batch, logp: torch.Tensor, temperature: float, perturbed: bool,

@@ -204,15 +204,18 @@ def _choices(cfg: Any) -> list[str]:
 def _distributed_rules(cfg: Any) -> list[str]:
     d = cfg.distributed
     out = [*_choice("distributed.fsdp", d.fsdp, ["auto", "on", "off"], "an FSDP mode"),
-           *_choice("distributed.mixed_precision", d.mixed_precision, ["fp32", "bf16"], "a training precision"),
+           *_choice("distributed.mixed_precision", d.mixed_precision, ["fp32", "bf16", "fp16"],
+                   "a training precision"),
            *_choice("distributed.backend", d.backend, ["auto", "nccl", "gloo"], "a torch.distributed backend")]
     if d.world_size < 0:
         out.append(f"distributed.world_size={d.world_size}: expected 0 (as launched) or the number of processes")
     if d.device_memory_gib < 0:
         out.append(f"distributed.device_memory_gib={d.device_memory_gib}: expected GiB > 0, or 0 (not checked)")
-    if d.mixed_precision == "bf16" and d.fsdp == "off":
-        out.append("distributed.mixed_precision=bf16 needs FSDP (its MixedPrecisionPolicy); set distributed.fsdp=auto "
-                   "or on, or distributed.mixed_precision=fp32")
+    if d.mixed_precision in ("bf16", "fp16") and d.fsdp == "off":
+        out.append(f"distributed.mixed_precision={d.mixed_precision} needs FSDP (its MixedPrecisionPolicy); set "
+                   "distributed.fsdp=auto or on, or distributed.mixed_precision=fp32")
+    if not 0 < d.fp16_init_scale < float("inf"):  # a scale of inf or nan overflows every step, forever
+        out.append(f"distributed.fp16_init_scale={d.fp16_init_scale!r} is out of range; allowed: a finite scale > 0")
     return out
 
 

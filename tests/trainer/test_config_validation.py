@@ -295,3 +295,11 @@ def test_robustness_reports_a_config_error_in_one_line(monkeypatch, capsys):
     assert main(["robustness", "--checkpoint", "nowhere"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["alprl robustness: error: perturb.layers='0-99' selects layers outside the 2 decoder layers"]
+
+
+def test_yaml_booleans_in_a_string_key_read_as_on_and_off():
+    # YAML 1.1 reads `off` as false: distributed.fsdp=off on the command line must mean "off", not "False"
+    from trainer.config import build_config
+
+    assert build_config(None, ["distributed.fsdp=off"]).distributed.fsdp == "off"
+    assert build_config(None, ["distributed.fsdp=on"]).distributed.fsdp == "on"
