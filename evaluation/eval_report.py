@@ -29,10 +29,32 @@ REPORT_FILE = "report.html"
 
 
 def summarize_eval(records: Mapping[str, Sequence[Mapping[str, Any]]], meta: Mapping[str, Any],
-                   sources: Mapping[str, str]) -> dict[str, Any]:
-    """The summary of one evaluation: scores per benchmark (in `records`' order), their Average, and `meta`."""
-    per_bench = {name: {**benchmark_scores(rs), "source": sources.get(name, "")} for name, rs in records.items()}
+                   sources: Mapping[str, str],
+                   ungradable: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> dict[str, Any]:
+    """The summary of one evaluation: scores per benchmark (in `records`' order), their Average, and `meta`.
+
+    ungradable: benchmark → its played rows whose gold was graded as a string ({"file", "row", "index",
+    "reason"}); each benchmark reports their count (`ungradable`) and the rows (`ungradable_rows`)."""
+    ungradable = ungradable or {}
+    per_bench = {name: {**benchmark_scores(rs), "source": sources.get(name, ""),
+                        "ungradable": len(ungradable.get(name, ())),
+                        "ungradable_rows": [dict(row) for row in ungradable.get(name, ())]}
+                 for name, rs in records.items()}
     return {**dict(meta), "benchmarks": per_bench, "average": average_scores(per_bench)}
+
+
+def ungradable_lines(summary: Mapping[str, Any]) -> list[str]:
+    """One line per benchmark with ungradable rows, naming each: `math500: 5 gold answers graded as strings
+    (math-verify cannot grade them): data.jsonl row 3 (index 2): unbalanced braces ...; ...`."""
+    lines = []
+    for name, bench in summary["benchmarks"].items():
+        rows = bench.get("ungradable_rows") or []
+        if rows:
+            named = "; ".join(f"{Path(r['file']).name} row {r['row']} (index {r['index']}): {r['reason']}"
+                              for r in rows)
+            lines.append(f"{name}: {len(rows)} gold answer(s) graded as strings (math-verify cannot grade them): "
+                         f"{named}")
+    return lines
 
 
 def metric_rows(summary: Mapping[str, Any]) -> list[tuple[str, list[float | None]]]:
@@ -98,11 +120,13 @@ def _html(summary: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
         parts += [f"<h2>{html.escape(metric)} (%)</h2>",
                   _table(["Model", *names, "Average"], [[label, *(_pct(v) for v in values)]])]
     details = [[name, b["problems"], b["samples"], f"{b['reward']:.3f}", f"{b['response_tokens']:.0f}",
-                f"{b['turns']:.2f}", f"{b['tool_calls']:.2f}", _pct(b["answered"]), _pct(b["truncated"]), b["source"]]
+                f"{b['turns']:.2f}", f"{b['tool_calls']:.2f}", _pct(b["answered"]), _pct(b["truncated"]),
+                b.get("ungradable", 0), b["source"]]
                for name, b in summary["benchmarks"].items()]
     parts += ["<h2>Benchmarks</h2>",
               _table(["benchmark", "problems", "samples", "mean reward", "response tokens", "turns", "tool calls",
-                      "answered (%)", "truncated (%)", "problems from"], details),
+                      "answered (%)", "truncated (%)", "ungradable rows", "problems from"], details),
+              *_ungradable_html(summary),
               "<h2>pass@k curves</h2>"]
     parts += [f"<img alt='pass@k of {html.escape(name)}' src='data:image/png;base64,"
               f"{base64.b64encode(png).decode()}'/>" for name, png in plots.items()]
@@ -111,6 +135,17 @@ def _html(summary: Mapping[str, Any], plots: Mapping[str, bytes]) -> str:
              "td,th{border:1px solid #ccc;padding:3px 7px;font-size:13px}img{max-width:49%}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(label)} evaluation</title>"
             f"<style>{style}</style></head><body>{''.join(parts)}</body></html>")
+
+
+def _ungradable_html(summary: Mapping[str, Any]) -> list[str]:
+    rows = [[name, r["file"], r["row"], r["index"], r["reason"]]
+            for name, b in summary["benchmarks"].items() for r in b.get("ungradable_rows") or []]
+    if not rows:
+        return []
+    return ["<h2>Ungradable rows (graded as strings)</h2>",
+            "<p>Gold answers math-verify cannot grade: their samples are correct when the answer equals the gold "
+            "as a string (whitespace removed).</p>",
+            _table(["benchmark", "file", "row", "index", "reason"], rows)]
 
 
 def write_eval_report(out_dir: str | Path, summary: Mapping[str, Any]) -> Path:

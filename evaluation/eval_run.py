@@ -31,6 +31,9 @@ class Benchmark:
     num_tasks: int
     source: str
     """Where the problems come from (the file, or the built-in env's test split), for reports."""
+    ungradable: tuple[dict[str, Any], ...] = ()
+    """The played problems whose gold math-verify cannot grade (graded as strings): {"file", "row", "index",
+    "reason"} each, for reports (`envs.tir.problems.UngradableRow`)."""
 
     @property
     def episodes(self) -> int:

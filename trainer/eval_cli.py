@@ -40,6 +40,9 @@ per benchmark, problem and sample), summary.json, report.html, plots/. An interr
 arguments continues where it stopped and ends with the same numbers; other settings into the same --out are an
 error (--force starts over).
 
+A gold answer math-verify cannot grade (unbalanced braces, nesting or an exponent tower too deep, over 1,000
+characters) does not end the run: its row is graded as a string and named after the table and in summary.json.
+
 exit status: 0 done; 2 a bad option, override, model directory or benchmark file (one line naming file, row and
 field), or an --out holding other settings; 3 the inference engine's process died; 128+N stopped by signal N."""
 
@@ -128,7 +131,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
 
     from agents.engines.base import EngineDied
     from envs.adapters import AdapterUnavailable
-    from evaluation.eval_report import score_table, summarize_eval, write_eval_report
+    from evaluation.eval_report import score_table, summarize_eval, ungradable_lines, write_eval_report
     from evaluation.eval_store import RecordStore
     from trainer.eval_plan import plan_eval
 
@@ -149,11 +152,14 @@ def run_eval_command(args: argparse.Namespace) -> int:
         print(f"alprl eval: error: {_one_line(exc)}", file=sys.stderr)
         return 3
     summary = summarize_eval(records, plan.meta | {"out": str(plan.out)},
-                             {b.name: b.source for b in plan.benchmarks})
+                             {b.name: b.source for b in plan.benchmarks},
+                             {b.name: b.ungradable for b in plan.benchmarks})
     page = write_eval_report(plan.out, summary)
     s = plan.meta
     print(f"{s['label']}: {s['mode']} mode, k={s['k']} samples per problem, temperature {s['temperature']:g}, "
           f"top_p {s['top_p']:g}; figures in %")
     Console().print(score_table(summary))
+    for line in ungradable_lines(summary):
+        print(line)
     print(f"report: {page}")
     return 0

@@ -34,6 +34,7 @@ from agents.engines import resolve_kind
 from agents.env_families import BY_ALIAS, env_entry, problem_count
 from agents.models import resolve_local
 from envs.datasets import DatasetError, fingerprint
+from envs.tir.problems import load_split
 from evaluation.eval_run import Benchmark
 from trainer.config import ConfigError, EnvConfig, TrainConfig, build_config, parse_overrides
 from trainer.run_config import (
@@ -177,7 +178,17 @@ def make_benchmark(cfg: TrainConfig, run_cfg: TrainConfig | None, args: argparse
         settings = dataclasses.replace(settings, num_envs=args.batch)
     wanted = args.tasks or (size if path else BUILTIN_TASKS.get(env_id, AGENTIC_TASKS))
     source = str(Path(path).resolve()) if path else f"{env_id} test split"
-    return Benchmark(name, settings, min(wanted, size), source)
+    num_tasks = min(wanted, size)
+    return Benchmark(name, settings, num_tasks, source, ungradable_rows(bench_cfg.env, source, num_tasks) if path
+                     else ())
+
+
+def ungradable_rows(env: EnvConfig, source: str, num_tasks: int) -> tuple[dict[str, Any], ...]:
+    """The first `num_tasks` problems of a benchmark file whose gold is graded as a string, for the summary (the
+    file is already loaded: `load_split` caches it per process)."""
+    served = load_split(env.eval_dataset, format=env.dataset_format, fields=env.dataset_fields)
+    return tuple({"file": source, "row": r.row, "index": r.index, "reason": r.reason}
+                 for r in served.ungradable if r.index < num_tasks)
 
 
 def model_signature(model: Path) -> list[list[Any]]:

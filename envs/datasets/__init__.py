@@ -2,8 +2,9 @@
 
 from envs.datasets.answers import normalize_answer
 from envs.datasets.files import DatasetError, fingerprint
+from envs.datasets.gradability import ungradable_reason
 from envs.datasets.layouts import LAYOUT_NAMES, LAYOUTS, detect_layout
 from envs.datasets.loader import MathProblem, load_dataset
 
 __all__ = ["LAYOUTS", "LAYOUT_NAMES", "DatasetError", "MathProblem", "detect_layout", "fingerprint", "load_dataset",
-           "normalize_answer"]
+           "normalize_answer", "ungradable_reason"]

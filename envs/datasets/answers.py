@@ -27,18 +27,32 @@ class AnswerError(ValueError):
 
 
 def _strip_delimiters(text: str) -> str:
-    text = text.strip()
+    # Moves two indices instead of slicing each round, so "$$$$…" (a model's answer, too) costs linear time.
+    start, end = 0, len(text)
     changed = True
     while changed:
         changed = False
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
         for left, right in _DELIMITERS:
-            if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
-                inner = text[len(left): len(text) - len(right)]
+            if end - start >= len(left) + len(right) and text.startswith(left, start, end) \
+                    and text.endswith(right, start, end):
                 # "$1$ or $2$" is two formulas, not one delimited one: only strip when no inner delimiter remains.
-                if left == "$" and "$" in inner:
+                if left == "$" and text.find("$", start + 1, end - 1) != -1:
                     continue
-                text, changed = inner.strip(), True
-    return text
+                start, end, changed = start + len(left), end - len(right), True
+                break
+    return text[start:end]
+
+
+def canonical_integer(text: str) -> str:
+    """A plain integer without `+` and leading zeros ("-007" → "-7", "-0" → "0"), by string operations: `int()`
+    refuses strings over 4,300 digits (CPython's int_max_str_digits), and a gold or a model answer can be longer."""
+    sign = "-" if text.startswith("-") else ""
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    return digits if digits == "0" else sign + digits
 
 
 def normalize_text(text: str) -> str:
@@ -48,7 +62,7 @@ def normalize_text(text: str) -> str:
         text = boxed
     text = _strip_delimiters(text)
     if PLAIN_INTEGER.fullmatch(text):
-        text = str(int(text))
+        text = canonical_integer(text)
     return text
 
 

@@ -15,6 +15,13 @@ from pathlib import Path
 
 JSON_LIST_KEYS = ("data", "rows", "examples", "instances")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+MAX_INT_DIGITS = 4000  # below CPython's int_max_str_digits (4300), which json's int() would raise at
+
+
+def _json_int(digits: str) -> int | str:
+    """A JSON integer as an int, or its digits as a string when it is too long for `int()` (a 5,000-digit gold
+    answer stays a row the loader can judge, not a ValueError that ends the file)."""
+    return int(digits) if len(digits.lstrip("-")) <= MAX_INT_DIGITS else digits
 
 
 class DatasetError(ValueError):
@@ -61,20 +68,24 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                rows.append((number, json.loads(line)))
+                rows.append((number, json.loads(line, parse_int=_json_int)))
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{path}: row {number}: invalid JSON line ({e.msg} at column {e.colno}; "
                                    "truncated file?)") from None
+            except RecursionError:
+                raise DatasetError(f"{path}: row {number}: JSON nested too deeply to read") from None
     return rows
 
 
 def _read_json(path: Path) -> list[tuple[int, dict]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_int=_json_int)
     except json.JSONDecodeError as e:
         if e.msg == "Extra data":  # one object per line: a JSON Lines file named .json
             return _read_jsonl(path)
         raise DatasetError(f"{path}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: JSON nested too deeply to read") from None
     if isinstance(data, dict):
         key = next((k for k in JSON_LIST_KEYS if isinstance(data.get(k), list)), None)
         if key is None:

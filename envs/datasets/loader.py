@@ -3,8 +3,11 @@
 The question comes back as plain text: a chat-message prompt (verl, DAPO) gives its last user message, and DAPO's
 instruction wrapper ("Solve the following math problem step by step. The last line ... Answer: $Answer ...") is
 removed, since the TIR env states its own answer format (`\\boxed{}`) and the two would contradict each other.
-The gold answer is normalized by `answers.py`. Every problem with a file is one `DatasetError` whose single-line
-message names the file, the row and the field.
+The gold answer is normalized by `answers.py`. Every structural problem with a file (a missing field, a wrong
+type, an empty answer) is one `DatasetError` whose single-line message names the file, the row and the field. A
+gold answer that parses as a value but not as mathematics math-verify can grade (`gradability.py`: unbalanced
+braces, nesting 200 deep, an exponent tower, 5,000 digits) is kept: the problem carries the reason in
+`ungradable`, its answers are compared as strings, and evaluation names the row.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from envs.datasets.answers import AnswerError, answer_from_solution, normalize_answer
 from envs.datasets.files import DatasetError, read_rows
+from envs.datasets.gradability import ungradable_reason
 from envs.datasets.layouts import Layout, LayoutError, detect_layout, named_layout, with_fields
 
 # BytedTsinghua-SIA/DAPO-Math-17k wraps every problem in this instruction (its `prompt` user message).
@@ -28,13 +32,17 @@ class MathProblem:
     """One problem. id: from the file's id column, else "<file stem>:<row>"; question: plain text; answer: the
     normalized gold answer (what `envs.tir.grading.grade` takes as gold); source: the row's `data_source` where the
     layout has one, else the layout name; extra: the row's other top-level columns, unchanged (the question's and
-    the answer's columns are left out; a worked `solution` stays, so never show `extra` to the model)."""
+    the answer's columns are left out; a worked `solution` stays, so never show `extra` to the model); row: the
+    1-based row number `DatasetError` messages use (the JSONL line number); ungradable: why math-verify cannot
+    grade the answer ("" when it can: `gradability.ungradable_reason`)."""
 
     id: str
     question: str
     answer: str
     source: str
     extra: dict = field(default_factory=dict, compare=False)
+    row: int = field(default=0, compare=False)
+    ungradable: str = ""
 
 
 def _get(row: dict, path: str):
@@ -77,8 +85,8 @@ def _problem(path: Path, number: int, row: dict, layout: Layout) -> MathProblem:
             raise DatasetError(f"{path}: row {number}: field {column!r}: missing ({layout.name} layout)")
         try:
             values[role] = _question_text(value) if role == "question" else _answer(value, layout)
-        except AnswerError as e:
-            raise DatasetError(f"{path}: row {number}: field {column!r}: {e}") from None
+        except ValueError as e:  # AnswerError, and anything else a value raises: still one line naming the row
+            raise DatasetError(f"{path}: row {number}: field {column!r}: {' '.join(str(e).split())}") from None
     id_value = _get(row, layout.fields["id"]) if "id" in layout.fields else _MISSING
     source = _get(row, layout.fields["source"]) if "source" in layout.fields else _MISSING
     used = {layout.fields[role].split(".")[0] for role in ("question", "answer")}
@@ -87,7 +95,8 @@ def _problem(path: Path, number: int, row: dict, layout: Layout) -> MathProblem:
         id=f"{path.stem}:{number}" if id_value in (_MISSING, None, "") else str(id_value),
         question=values["question"], answer=values["answer"],
         source=layout.name if source in (_MISSING, None, "") else str(source),
-        extra={k: v for k, v in row.items() if k not in used})
+        extra={k: v for k, v in row.items() if k not in used},
+        row=number, ungradable=ungradable_reason(values["answer"]))
 
 
 def resolve_layout(path: Path, columns: set[str], format: str | None, fields: dict[str, str] | None) -> Layout:

@@ -12,7 +12,13 @@
   answered (C-level hangs), starting a fresh one for the next request. The limit counts from the request to a
   ready child, so a child's start-up (importing sympy, ~1 s) is not charged to the answer that waits for it.
 - Answers longer than `MAX_ANSWER_CHARS` are wrong without parsing (no gold here is longer than a few dozen
-  characters; huge inputs would only cost parser time).
+  characters; huge inputs would only cost parser time), so a model that prints a 5,000-digit number costs nothing.
+- Memory: each child's address space is capped at `GRADER_MEMORY_BYTES` (RLIMIT_AS), so a power sympy tries to
+  evaluate ends in a MemoryError (a wrong answer) instead of taking the machine's memory.
+- A gold answer math-verify cannot grade (`envs.datasets.gradability.ungradable_reason`: unbalanced braces,
+  nesting 200 deep, an exponent tower, 5,000 digits) is compared as a string instead: the prediction and the
+  gold normalized as gold answers are (`envs.datasets.answers.normalize_text`), whitespace removed. That takes
+  linear time in the calling thread, so a pathological benchmark row costs no grading child and no timeout.
 - Fast path: when prediction and gold are both plain integers ("-12", "4517277"), they are compared as integers
   in the calling thread, the verdict math-verify gives for such pairs; most generated tasks have integer answers,
   and a rollout batch would otherwise queue them all on the grading subprocesses.
@@ -24,6 +30,7 @@ import json
 import math
 import os
 import re
+import resource
 import select
 import signal
 import subprocess
@@ -32,9 +39,12 @@ import threading
 from pathlib import Path
 
 from envs.boxed import BOX_COMMANDS, extract_boxed, has_boxed  # noqa: F401  (re-exported: the grader's API)
+from envs.datasets.answers import normalize_text
+from envs.datasets.gradability import MAX_GRADED_CHARS, ungradable_reason
 
 PLAIN_INTEGER = re.compile(r"[+-]?[0-9]{1,200}")
-MAX_ANSWER_CHARS = 1000
+MAX_ANSWER_CHARS = MAX_GRADED_CHARS
+GRADER_MEMORY_BYTES = 2 << 30  # a child with sympy loaded maps ~250 MB; the rest is room for one answer
 DEFAULT_TIMEOUT_S = 2.0
 KILL_GRACE_S = 1.0  # how long past the child's own timer the parent waits before killing it (pipe + scheduling)
 STARTUP_TIMEOUT_S = 60.0  # a child imports math-verify (sympy) before it is ready; a loaded machine is slow
@@ -58,7 +68,11 @@ def verify_answer(pred: str, gold: str, *, timeout_s: float | None = DEFAULT_TIM
 def grade(pred: str | None, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """True iff the extracted answer `pred` equals `gold` mathematically, decided within `timeout_s` seconds of
     grading time (False past it). Safe from any thread; never raises."""
-    if pred is None or not pred.strip() or len(pred) > MAX_ANSWER_CHARS:
+    if pred is None or not pred.strip():
+        return False
+    if ungradable_reason(gold):
+        return same_as_strings(pred, gold)
+    if len(pred) > MAX_ANSWER_CHARS:
         return False
     if PLAIN_INTEGER.fullmatch(pred.strip()) and PLAIN_INTEGER.fullmatch(gold.strip()):
         return int(pred) == int(gold)
@@ -66,6 +80,11 @@ def grade(pred: str | None, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) 
         return _POOL.grade(pred, gold, float(timeout_s))
     except Exception:  # e.g. no child could be started (OSError): an env must get a verdict, not an exception
         return False
+
+
+def same_as_strings(pred: str, gold: str) -> bool:
+    """How an ungradable gold is graded: equal after gold normalization, whitespace removed (linear time)."""
+    return "".join(normalize_text(pred).split()) == "".join(normalize_text(gold).split())
 
 
 class _Grader:
@@ -152,6 +171,9 @@ def serve() -> None:
     """Grading child main loop: each answer under one interval timer (this is the child's main thread)."""
     import math_verify  # noqa: F401  (import before `ready`, so start-up is not charged to the first answer)
 
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = GRADER_MEMORY_BYTES if hard == resource.RLIM_INFINITY else min(GRADER_MEMORY_BYTES, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     signal.signal(signal.SIGALRM, _alarm)
     sys.stdout.write("ready\n")
     sys.stdout.flush()

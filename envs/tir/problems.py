@@ -24,6 +24,10 @@ file has no id column; a repeated id gets "#2", "#3", ... so ids stay unique wit
 difficulty 0 (not rated), answer the normalized gold, solution_code "" (there is no scripted solution, which is
 why `alprl sft` refuses a dataset). `difficulty` and `task_types` filter generated problems only.
 
+A row whose gold answer math-verify cannot grade (`envs.datasets.gradability`) is served like any other and
+graded as a string (`envs.tir.grading.grade`); the split lists it in `FileSplit.ungradable`, a warning names the
+first few rows once per load, and `alprl eval`'s summary names every such row it played.
+
 Each file is loaded once per process (cached by path, modification time, size and layout options), not once per
 env: a trainer builds prompts_per_step × group_size envs, and config validation loads the same files first.
 """
@@ -55,12 +59,24 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class UngradableRow:
+    """A problem whose gold answer is graded as a string. index: its position in the split (the task index of
+    evaluation records); row: the file's 1-based row number, as load errors count rows; reason: why."""
+
+    index: int
+    row: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class FileSplit:
-    """One split's problems read from one file: `tasks` in file order, `by_id` task_id → position."""
+    """One split's problems read from one file: `tasks` in file order, `by_id` task_id → position, `ungradable`
+    the problems graded as strings, in file order."""
 
     path: str
     tasks: tuple[TIRTask, ...]
     by_id: dict[str, int]
+    ungradable: tuple[UngradableRow, ...] = ()
 
 
 _CACHE: dict[tuple, FileSplit] = {}
@@ -97,8 +113,18 @@ def load_split(path: str, *, format: str = "", fields: Mapping[str, str] | None 
             ids = _task_ids(Path(path).stem, [p.id for p in problems])
             tasks = tuple(TIRTask(tid, p.source, DATASET_DIFFICULTY, p.question, p.answer, "")
                           for tid, p in zip(ids, problems, strict=True))
-            _CACHE[key] = FileSplit(str(path), tasks, {t.task_id: i for i, t in enumerate(tasks)})
+            ungradable = tuple(UngradableRow(i, p.row, p.ungradable) for i, p in enumerate(problems) if p.ungradable)
+            if ungradable:
+                _warn_ungradable(str(path), ungradable)
+            _CACHE[key] = FileSplit(str(path), tasks, {t.task_id: i for i, t in enumerate(tasks)}, ungradable)
         return _CACHE[key]
+
+
+def _warn_ungradable(path: str, rows: Sequence[UngradableRow], shown: int = 5) -> None:
+    named = "; ".join(f"row {r.row}: {r.reason}" for r in rows[:shown])
+    more = f"; and {len(rows) - shown} more" if len(rows) > shown else ""
+    log.warning("%s: %d gold answer(s) math-verify cannot grade are compared as strings: %s%s", path, len(rows),
+                named, more)
 
 
 class ProblemSource:

@@ -20,7 +20,8 @@ credits goal "large" (83) while "large" still credits goal "x-large" (100); bare
 See matching.normalize_goal_option.
 
 Offline substitutes: spaCy's noun tags -> nouns.title_nouns, a fixed rule on Title Case titles; thefuzz ->
-matching.token_set_ratio (rapidfuzz with thefuzz's processing and rounding).
+matching.token_set_ratio (thefuzz 0.19's scorer as WebShop runs it, on difflib; pinned score by score in
+tests/envs/fixtures/webshop_thefuzz_scores.json).
 """
 
 from __future__ import annotations

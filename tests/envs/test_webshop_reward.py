@@ -9,7 +9,6 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
-from rapidfuzz import fuzz
 
 from envs.webshop.catalog import Product, get_catalog
 from envs.webshop.goals import Goal
@@ -47,7 +46,8 @@ def test_reward_arithmetic_on_hand_built_pairs():
 
 
 def test_token_set_ratio_is_thefuzz():
-    # scores thefuzz 0.22.1 gives (fuzz.token_set_ratio, default arguments): processed, rounded to an int
+    # scores thefuzz 0.19 (WebShop's pin, on difflib) gives (fuzz.token_set_ratio, default arguments); the full
+    # table is tests/envs/fixtures/webshop_thefuzz_scores.json (tests/envs/test_webshop_thefuzz.py)
     thefuzz_scores = {
         ("x-large", "large"): 100, ("7.5", "7"): 100, ("set of 6", "set of 4"): 88, ("pack of 12", "pack of 24"): 90,
         ("12 fl oz", "8 fl oz"): 83, ("Noise-Cancelling!", "noise cancelling"): 100,
@@ -58,8 +58,6 @@ def test_token_set_ratio_is_thefuzz():
     }
     for (a, b), expected in thefuzz_scores.items():
         assert token_set_ratio(a, b) == expected, (a, b)
-    assert fuzz.token_set_ratio("set of 6", "set of 4") == pytest.approx(87.5)  # rapidfuzz alone: unrounded
-    assert fuzz.token_set_ratio("Noise-Cancelling!", "noise cancelling") < 100  # and unprocessed
     assert fuzzy_match("set of 6", ("size", "set of 4")) and not fuzzy_match("x-large", ("size", "large"))
 
 

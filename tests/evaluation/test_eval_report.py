@@ -7,7 +7,13 @@ import json
 import pytest
 from rich.console import Console
 
-from evaluation.eval_report import metric_rows, score_table, summarize_eval, write_eval_report
+from evaluation.eval_report import (
+    metric_rows,
+    score_table,
+    summarize_eval,
+    ungradable_lines,
+    write_eval_report,
+)
 
 
 def eval_records() -> dict[str, list[dict]]:
@@ -44,3 +50,16 @@ def test_summary_table_and_page(tmp_path):
     for metric in rows:
         assert f"<h2>{metric} (%)</h2>" in body
     assert "<th>Model</th><th>a</th><th>b</th><th>Average</th>" in body and "<td>step_30</td>" in body
+
+
+def test_ungradable_rows_are_counted_and_named_in_summary_lines_and_page(tmp_path):
+    rows = {"a": [{"file": "/data/a.jsonl", "row": 2, "index": 1, "reason": "unbalanced braces (1 '{' never closed)"}]}
+    summary = summarize_eval(eval_records(), {"label": "x"}, {"a": "/data/a.jsonl", "b": "tir test split"}, rows)
+    a, b = summary["benchmarks"]["a"], summary["benchmarks"]["b"]
+    assert (a["ungradable"], a["ungradable_rows"], b["ungradable"], b["ungradable_rows"]) == (1, rows["a"], 0, [])
+    assert ungradable_lines(summary) == ["a: 1 gold answer(s) graded as strings (math-verify cannot grade them): "
+                                         "a.jsonl row 2 (index 1): unbalanced braces (1 '{' never closed)"]
+    body = write_eval_report(tmp_path, summary).read_text()
+    assert "Ungradable rows (graded as strings)" in body and "never closed" in body
+    plain = write_eval_report(tmp_path / "plain", summarize_eval(eval_records(), {"label": "x"}, {}))
+    assert "Ungradable rows" not in plain.read_text()  # no section when every gold is gradable

