@@ -1,19 +1,40 @@
-"""Sandbox throughput: trivial code over HTTP vs a naive `subprocess.run([python, "-c", code])`, same run.
+"""Sandbox throughput: alprl's /run_code next to a peer /run_code service and a naive `python -c`, same rounds.
 
-    python bench/sandbox_throughput.py [--requests 2000] [--concurrency 8] [--naive 80] [--workers N]
+    python bench/sandbox_throughput.py [--peer URL] [--requests 2000] [--latency-requests 500] [--concurrency 8]
+                                       [--naive 80] [--rounds 4] [--workers N] [--programs print,numpy]
                                        [--container IMAGE | --no-container] [--no-pool]
 
-Starts a real server (`sandbox.local_server`), then measures on loopback, each with the same trivial program:
+Starts a real alprl server (`sandbox.local_server`, its default isolation: every layer the machine allows) and
+measures on loopback, for each program (`print(6 * 7)`, and a small numpy program):
   1. latency: sequential POST /run_code on one keep-alive connection → p50 / p99 (ms);
   2. throughput: `--concurrency` client threads, each with its own keep-alive connection → executions/s;
-  3. naive: `subprocess.run([sys.executable, "-c", code])` sequentially, and with the same concurrency.
-  4. container: where a Docker engine answers and the image exists (`make sandbox-image`), the same service in
+  3. peer (`--peer URL`): the same two measures against any service that speaks SandboxFusion's API
+     (POST {"code", "language": "python"} → {"status", "run_result": {"stdout", ...}}), e.g. a real
+     SandboxFusion server (docs/sandbox.md, "Performance", says how one was set up) or another alprl server;
+  4. naive: `subprocess.run([python, "-c", code])`, sequentially and with the same concurrency, where `python`
+     is a plain interpreter (see below);
+  5. container: where a Docker engine answers and the image exists (`make sandbox-image`), the same service in
      the compose file's hardened container (its flags read from docker-compose.yml: uid slots, six
      capabilities, read-only root, limits), on a published port;
-  5. pool: the same runs through an in-process `sandbox.executor.Pool` (what `make_runner(None)` uses), no HTTP.
-The server is measured once warm (`warming` in /v1/info is 0). Phases 2-5 alternate over `--rounds`
-rounds and are summed, so load from other processes on a shared machine hits every side alike. Prints the
-figures and the ratios. Targets (DESIGN.md): HTTP throughput ≥ 10× naive, p50 ≤ 5 ms. The client is the standard library's http.client, so it costs as little CPU as possible.
+  6. pool: the same runs through an in-process `sandbox.executor.Pool` (what `make_runner(None)` uses), no HTTP.
+During the throughput phases the bench also sums the CPU time of alprl's server process tree (the server, its
+zygotes, the runs they reaped; /proc) and, with `--peer-pid PID`, of a local peer's, and prints the server-side
+CPU per execution: on a machine shared with other work that figure moves much less than wall-clock rates do.
+Every side is measured once warm (alprl: `warming` in /v1/info is 0; each HTTP side gets a sequential warm-up).
+All phases alternate within each of `--rounds` rounds (alprl, then the peer, then the rest, in that order every
+round) and are summed, so load from other processes on a shared machine hits every side alike; the printed
+ratios (alprl/peer, alprl/naive) come from those same rounds. Targets (docs/sandbox.md): alprl ≥ 8× a real
+SandboxFusion server on throughput, with alprl's full isolation; p50 ≤ 5 ms.
+
+The naive interpreter. The project venv's `python` is a poor baseline: its editable-install finder (a .pth that
+site imports at every start) roughly doubles a bare start (~36 ms against ~17 ms here), which flatters every
+"× naive" figure. So the baseline is a plain interpreter of the same version, and the bench measures two
+candidates at start-up, alternating, and takes the faster that runs the program correctly:
+  - `python -I -S`: the base interpreter isolated and without `site` (only the stdlib: cannot import numpy);
+  - a plain venv without editable installs (made in a temporary directory; a one-line .pth appends the
+    directory numpy lives in, so the numpy program imports the same numpy as everyone else).
+It prints each candidate's median start time (and the project venv's, for comparison) and which one it used.
+The client is the standard library's http.client, so it costs as little CPU as possible.
 
 Where a run's CPU goes (2026-12-02, T2 server, 2 workers, print(6 * 7) at concurrency 8, idle machine; /proc CPU
 times per execution): client 0.30 ms, server process 1.10 ms, zygotes 1.21 ms (0.95 of it kernel: fork and the
@@ -22,62 +43,139 @@ Firecracker VM where one copy-on-write fault costs ~4 us: a run takes ~250 of th
 fork's return path and `random`'s at-fork reseed, ~45), so touched pages, not our Python, set the price.
 Floors measured alongside: fork + trivial exec + exit of an interpreter with the light preloads, nothing else,
 ~700/s per core (~1,030/s with no preloads: fork and exit cost scales with the parent's anonymous pages); the
-in-process pool without HTTP (printed by this script) ~19x naive; uvicorn + FastAPI with a backend that answers
-at once, 2,260 req/s, of which the hand-off to the run thread costs ~0.36 ms a request (3,770 req/s without it).
+in-process pool without HTTP (printed by this script) ~19x the old (project-venv) naive; uvicorn + FastAPI with a
+backend that answers at once, 2,260 req/s, of which the hand-off to the run thread costs ~0.36 ms a request
+(3,770 req/s without it).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
+import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import venv
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sandbox.compose_flags import docker_run_flags, service_config  # noqa: E402
 from sandbox.local_server import start_server  # noqa: E402
 
-CODE = "print(6 * 7)"
-BODY = json.dumps({"code": CODE, "language": "python", "run_timeout": 5}).encode()
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    code: str
+    expected: str
+
+    @property
+    def body(self) -> bytes:
+        return json.dumps({"code": self.code, "language": "python", "run_timeout": RUN_TIMEOUT_S}).encode()
 
 
-def http_run(conn: http.client.HTTPConnection) -> None:
-    conn.request("POST", "/run_code", body=BODY, headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    data = json.loads(resp.read())
-    if resp.status != 200 or data["run_result"]["stdout"] != "42\n":
-        raise RuntimeError(f"bad answer: {resp.status} {data}")
+# generous: a loaded machine must not turn slow answers into failures (a failure is counted and printed)
+RUN_TIMEOUT_S = 30
 
 
-def latency_ms(host: str, port: int, n: int) -> list[float]:
-    conn = http.client.HTTPConnection(host, port, timeout=30)
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        http_run(conn)
-        samples.append((time.perf_counter() - start) * 1e3)
-    conn.close()
-    return sorted(samples)
+PROGRAMS = {
+    "print": Program("print(6 * 7)", "print(6 * 7)", "42\n"),
+    # imports numpy, builds a small matrix, multiplies it: sum of squares of 0..11 = 506
+    "numpy": Program("numpy", "import numpy as np\na = np.arange(12.0).reshape(3, 4)\nprint(int((a @ a.T).trace()))\n",
+                     "506\n"),
+}
+# kept for callers of the old module-level names
+CODE = PROGRAMS["print"].code
+BODY = PROGRAMS["print"].body
 
 
-def http_throughput(host: str, port: int, n: int, concurrency: int) -> float:
-    per_thread = [n // concurrency + (i < n % concurrency) for i in range(concurrency)]
+# ---------------------------------------------------------------------------------------------- HTTP sides
 
-    def worker(count: int) -> None:
-        conn = http.client.HTTPConnection(host, port, timeout=60)
-        for _ in range(count):
-            http_run(conn)
+@dataclass
+class HttpSide:
+    """One /run_code service: host, port, optional path prefix and Basic auth taken from its URL."""
+
+    label: str
+    host: str
+    port: int
+    prefix: str = ""
+    headers: dict = field(default_factory=lambda: {"Content-Type": "application/json"})
+    failures: list = field(default_factory=list)  # bad answers: counted in the rates, printed, exit status 1
+
+    @classmethod
+    def from_url(cls, label: str, url: str) -> HttpSide:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme != "http":
+            raise SystemExit(f"--peer: only http:// URLs are measured (got {url!r})")
+        side = cls(label, parts.hostname or "127.0.0.1", parts.port or 80, parts.path.rstrip("/"))
+        if parts.path.rstrip("/").endswith("/run_code"):  # verl-style endpoint given whole
+            side.prefix = parts.path.rstrip("/")[: -len("/run_code")]
+        if parts.username is not None:
+            token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
+            side.headers["Authorization"] = f"Basic {token}"
+        return side
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}{self.prefix}"
+
+    def connect(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=60)
+
+    def run(self, conn: http.client.HTTPConnection, prog: Program) -> None:
+        conn.request("POST", f"{self.prefix}/run_code", body=prog.body, headers=self.headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise RuntimeError(f"{self.label}: not JSON ({resp.status}): {raw[:300]!r}") from None
+        stdout = (data.get("run_result") or {}).get("stdout") if isinstance(data, dict) else None
+        if resp.status != 200 or stdout != prog.expected:
+            self.failures.append(f"{prog.name}: HTTP {resp.status} {str(data)[:300]}")
+
+    def latency_ms(self, prog: Program, n: int) -> list[float]:
+        conn, samples = self.connect(), []
+        for _ in range(n):
+            start = time.perf_counter()
+            self.run(conn, prog)
+            samples.append((time.perf_counter() - start) * 1e3)
         conn.close()
+        return samples
 
-    start = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(worker, per_thread))
-    return n / (time.perf_counter() - start)
+    def throughput(self, prog: Program, n: int, concurrency: int) -> float:
+        def worker(count: int) -> None:
+            conn = self.connect()
+            for _ in range(count):
+                self.run(conn, prog)
+            conn.close()
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(worker, _split(n, concurrency)))
+        return n / (time.perf_counter() - start)
+
+    def info(self) -> dict | None:
+        """GET /v1/info as JSON (alprl answers it; a SandboxFusion server does not)."""
+        try:
+            body = _get(self.host, self.port, f"{self.prefix}/v1/info", self.headers)
+            data = json.loads(body)
+            return data if isinstance(data, dict) and "tier" in data else None
+        except (OSError, ValueError, http.client.HTTPException):
+            return None
+
+
+def _split(n: int, k: int) -> list[int]:
+    return [n // k + (i < n % k) for i in range(k)]
 
 
 def start_container(image: str, workers: int) -> tuple[str, int] | None:
@@ -112,21 +210,22 @@ def start_container(image: str, workers: int) -> tuple[str, int] | None:
     return None
 
 
-def pool_throughput(pool, n: int, concurrency: int) -> float:
+# ---------------------------------------------------------------------------------------------- in-process pool
+
+def pool_throughput(pool, prog: Program, n: int, concurrency: int) -> float:
     """The same runs through `sandbox.executor.Pool` in this process: the server's work without HTTP."""
     from sandbox.executor import RunRequest
 
-    req = RunRequest(CODE, timeout_s=5)
-    per_thread = [n // concurrency + (i < n % concurrency) for i in range(concurrency)]
+    req = RunRequest(prog.code, timeout_s=5)
 
     def worker(count: int) -> None:
         for _ in range(count):
-            if pool.run(req).stdout != "42\n":
-                raise RuntimeError("bad answer from the pool")
+            if pool.run(req).stdout != prog.expected:
+                raise RuntimeError(f"bad answer from the pool to {prog.name}")
 
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool_threads:
-        list(pool_threads.map(worker, per_thread))
+        list(pool_threads.map(worker, _split(n, concurrency)))
     return n / (time.perf_counter() - start)
 
 
@@ -143,10 +242,66 @@ def start_pool(workers: int):
     return pool
 
 
-def naive_throughput(n: int, concurrency: int) -> float:
+# ---------------------------------------------------------------------------------------------- naive baseline
+
+def base_python() -> str:
+    """The interpreter this venv was made from (same version, no venv, no editable finder)."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def make_plain_venv(root: str) -> str:
+    """A venv without pip and without editable installs; a plain .pth appends numpy's directory (no finder)."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    python = os.path.join(root, "bin", "python")
+    site_dir = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    spec = importlib.util.find_spec("numpy")
+    if spec is not None and spec.submodule_search_locations:
+        numpy_parent = str(Path(list(spec.submodule_search_locations)[0]).parent)
+        Path(site_dir, "numpy-dir.pth").write_text(numpy_parent + "\n")
+    return python
+
+
+def start_ms(cmd: list[str], n: int) -> float:
+    """Median wall time of `n` sequential starts of `cmd + ["-c", "pass"]`."""
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run([*cmd, "-c", "pass"], capture_output=True, check=True)
+        samples.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(samples)
+
+
+def choose_naive(programs: list[Program], plain_venv: str, trials: int = 10) -> tuple[dict, list[str]]:
+    """For each program the faster plain interpreter that runs it correctly, and the lines that say so."""
+    candidates = {"python -I -S (base interpreter, isolated, no site)": [base_python(), "-I", "-S"],
+                  "plain venv without editable installs": [plain_venv]}
+    times = {k: [] for k in [*candidates, "project venv (not used: editable finder)"]}
+    for _ in range(trials):  # alternate, so drifting load hits every candidate alike
+        for k, cmd in candidates.items():
+            times[k].append(start_ms(cmd, 1))
+        times["project venv (not used: editable finder)"].append(start_ms([sys.executable], 1))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    lines = [f"naive interpreter start (median of {trials}, `-c pass`): "
+             + "; ".join(f"{k} {v:.1f} ms" for k, v in med.items())]
+    chosen = {}
+    for prog in programs:
+        usable = [k for k, cmd in candidates.items()
+                  if subprocess.run([*cmd, "-c", prog.code], capture_output=True, text=True).stdout == prog.expected]
+        if not usable:
+            raise SystemExit(f"no plain interpreter runs the {prog.name} program (numpy missing?)")
+        pick = min(usable, key=med.get)
+        chosen[prog.name] = candidates[pick]
+        lines.append(f"naive baseline for {prog.name}: {pick} (the faster one that runs it): "
+                     f"{' '.join(candidates[pick])} -c ...")
+    return chosen, lines
+
+
+def naive_throughput(cmd: list[str], prog: Program, n: int, concurrency: int) -> float:
     def one(_):
-        out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=60)
-        assert out.stdout == "42\n"
+        out = subprocess.run([*cmd, "-c", prog.code], capture_output=True, text=True, timeout=60)
+        if out.stdout != prog.expected:
+            raise RuntimeError(f"naive {prog.name}: {out.stdout!r} {out.stderr[-300:]!r}")
 
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
@@ -154,79 +309,224 @@ def naive_throughput(n: int, concurrency: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+# ---------------------------------------------------------------------------------------------- CPU per execution
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def cpu_snapshot(root: int) -> dict[int, tuple[float, float]]:
+    """pid → (own CPU s, CPU s of its reaped children) for `root` and every live descendant (/proc, any uid as
+    root; a process the caller may not read is left out)."""
+    snap = {}
+    for pid in _descendants(root):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        utime, stime, cutime, cstime = (int(x) / CLK_TCK for x in fields[11:15])
+        snap[pid] = (utime + stime, cutime + cstime)
+    return snap
+
+
+def cpu_delta(root: int, before: dict, after: dict) -> tuple[float, float, float]:
+    """(server process, live descendants, reaped processes) CPU seconds between two snapshots. For alprl: the
+    server, its zygotes, its runs (reaped by the zygotes); for a SandboxFusion server: the server, -, its runs."""
+    server = live = reaped = 0.0
+    for pid, (own, children) in after.items():
+        own0, children0 = before.get(pid, (0.0, 0.0))
+        if pid == root:
+            server += own - own0
+        else:
+            live += own - own0
+        reaped += children - children0
+    return server, live, reaped
+
+
+# ---------------------------------------------------------------------------------------------- report
+
 def pct(sorted_ms: list[float], q: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
 
 
+class Totals:
+    """Executions and seconds per (program, side), summed over rounds; latency samples pooled likewise."""
+
+    def __init__(self):
+        self.rate: dict[tuple[str, str], list[float]] = {}
+        self.lat: dict[tuple[str, str], list[float]] = {}
+        self.cpu: dict[tuple[str, str], list[float]] = {}  # executions, server s, descendants s, reaped s
+
+    def add_cpu(self, prog: str, side: str, n: int, parts: tuple[float, float, float]) -> None:
+        acc = self.cpu.setdefault((prog, side), [0, 0.0, 0.0, 0.0])
+        acc[0] += n
+        for i, v in enumerate(parts, 1):
+            acc[i] += v
+
+    def add(self, prog: str, side: str, n: int, rate: float) -> None:
+        acc = self.rate.setdefault((prog, side), [0, 0.0])
+        acc[0] += n
+        acc[1] += n / rate
+
+    def add_lat(self, prog: str, side: str, samples: list[float]) -> None:
+        self.lat.setdefault((prog, side), []).extend(samples)
+
+    def get(self, prog: str, side: str) -> float | None:
+        acc = self.rate.get((prog, side))
+        return acc[0] / acc[1] if acc else None
+
+    def p(self, prog: str, side: str) -> tuple[float, float, int]:
+        s = sorted(self.lat[(prog, side)])
+        return pct(s, 0.50), pct(s, 0.99), len(s)
+
+
+def describe(info: dict | None) -> str:
+    if info is None:
+        return "isolation not reported (no alprl /v1/info)"
+    return f"{info.get('workers')} workers, isolation {info.get('tier')} {info.get('layers')}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    global RUN_TIMEOUT_S
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--requests", type=int, default=2000, help="HTTP executions for the throughput phase")
-    ap.add_argument("--latency-requests", type=int, default=500, help="sequential executions for p50/p99")
+    ap.add_argument("--peer", help="base URL of another /run_code service (SandboxFusion's API), measured in the "
+                                   "same rounds: http://host:port (user:key@ for Basic auth)")
+    ap.add_argument("--peer-pid", type=int, help="pid of the peer's server process on this machine: its CPU (and its "
+                                                 "children's) per execution is printed next to alprl's")
+    ap.add_argument("--programs", default="print,numpy", help=f"comma list of {', '.join(PROGRAMS)}")
+    ap.add_argument("--requests", type=int, default=2000, help="HTTP executions per side and program (throughput)")
+    ap.add_argument("--latency-requests", type=int, default=500, help="sequential executions for p50/p99 per "
+                                                                      "side and program")
     ap.add_argument("--concurrency", type=int, default=8, help="client threads (throughput phases)")
-    ap.add_argument("--naive", type=int, default=80, help="naive subprocess executions per naive phase")
+    ap.add_argument("--naive", type=int, default=80, help="naive subprocess executions per naive phase and program")
     ap.add_argument("--workers", type=int, default=0, help="server workers (0 = CPUs)")
-    ap.add_argument("--rounds", type=int, default=4, help="alternating HTTP / naive rounds")
+    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds")
+    ap.add_argument("--run-timeout", type=float, default=RUN_TIMEOUT_S, help="run_timeout sent with every request (s)")
+    ap.add_argument("--warmup", type=int, default=50, help="sequential warm-up executions per HTTP side and program")
     ap.add_argument("--container", default="alprl/sandbox:latest", help="image for the container figure")
     ap.add_argument("--no-container", action="store_true", help="skip the container figure")
     ap.add_argument("--no-pool", action="store_true", help="skip the in-process pool figure (no HTTP)")
     args = ap.parse_args(argv)
+    try:
+        programs = [PROGRAMS[p.strip()] for p in args.programs.split(",") if p.strip()]
+    except KeyError as e:
+        ap.error(f"--programs: unknown {e}; known: {', '.join(PROGRAMS)}")
+    prog_keys = {p.name: k for k, p in PROGRAMS.items()}
+    RUN_TIMEOUT_S = args.run_timeout
 
-    totals = {"http": [0, 0.0], "naive_seq": [0, 0.0], "naive_par": [0, 0.0], "container": [0, 0.0],
-              "pool": [0, 0.0]}
+    tmp = tempfile.TemporaryDirectory(prefix="alprl-bench-venv-")
+    naive_cmds, naive_lines = choose_naive(programs, make_plain_venv(tmp.name))
+    peer = HttpSide.from_url("peer", args.peer) if args.peer else None
+    totals = Totals()
+
     started = None if args.no_container else start_container(args.container, args.workers)
-    if started is not None:
-        container, c_port = started
-        c_info = wait_until_warm("127.0.0.1", c_port)
-        latency_ms("127.0.0.1", c_port, 100)
-        c_lat = latency_ms("127.0.0.1", c_port, args.latency_requests)
-
-    def add(key: str, n: int, rate: float) -> None:
-        totals[key][0] += n
-        totals[key][1] += n / rate
-
+    container = HttpSide("container", "127.0.0.1", started[1]) if started else None
     pool = None if args.no_pool else start_pool(args.workers)
-    with start_server(workers=args.workers, max_queue=4 * args.concurrency + 64, max_sessions=0) as server:
-        host, port = server.url.removeprefix("http://").rsplit(":", 1)
-        info = wait_until_warm(host, int(port))
-        latency_ms(host, int(port), 100)  # warm-up: connections, zygote pages, allocator
-        lat = latency_ms(host, int(port), args.latency_requests)
-        for _ in range(args.rounds):
-            n, m = args.requests // args.rounds, max(1, args.naive // args.rounds)
-            add("http", n, http_throughput(host, int(port), n, args.concurrency))
-            add("naive_seq", m, naive_throughput(m, 1))
-            add("naive_par", m, naive_throughput(m, args.concurrency))
-            if started is not None:
-                add("container", n, http_throughput("127.0.0.1", c_port, n, args.concurrency))
-            if pool is not None:
-                add("pool", n, pool_throughput(pool, n, args.concurrency))
-    if pool is not None:
-        pool.close()
-    if started is not None:
-        subprocess.run(["docker", "rm", "-f", container], capture_output=True)
-    http_rate, naive_seq, naive_par = (totals[k][0] / totals[k][1] for k in ("http", "naive_seq", "naive_par"))
+    rounds = max(1, args.rounds)
+    n, m = max(1, args.requests // rounds), max(1, args.naive // rounds)
+    nl = max(1, args.latency_requests // rounds)
+    try:
+        with start_server(workers=args.workers, max_queue=4 * args.concurrency + 64, max_sessions=0) as server:
+            alprl = HttpSide.from_url("alprl", server.url)
+            info = wait_until_warm(alprl.host, alprl.port)
+            c_info = wait_until_warm("127.0.0.1", container.port) if container else None
+            http_sides = [s for s in (alprl, peer, container) if s is not None]
+            peer_info = peer.info() if peer else None
+            cpu_roots = {"alprl": server.proc.pid}
+            if peer is not None and args.peer_pid:
+                cpu_roots["peer"] = args.peer_pid
+            for prog in programs:  # warm-up: connections, zygote pages, allocator, the peer's own caches
+                for side in http_sides:
+                    side.latency_ms(prog, args.warmup)
+            for _ in range(rounds):
+                for prog in programs:
+                    for side in http_sides:
+                        totals.add_lat(prog.name, side.label, side.latency_ms(prog, nl))
+                    for side in http_sides:
+                        root = cpu_roots.get(side.label)
+                        before = cpu_snapshot(root) if root else None
+                        totals.add(prog.name, side.label, n, side.throughput(prog, n, args.concurrency))
+                        if root:
+                            totals.add_cpu(prog.name, side.label, n, cpu_delta(root, before, cpu_snapshot(root)))
+                    cmd = naive_cmds[prog.name]
+                    totals.add(prog.name, "naive_seq", m, naive_throughput(cmd, prog, m, 1))
+                    totals.add(prog.name, "naive_par", m, naive_throughput(cmd, prog, m, args.concurrency))
+                    if pool is not None:
+                        totals.add(prog.name, "pool", n, pool_throughput(pool, prog, n, args.concurrency))
+    finally:
+        if pool is not None:
+            pool.close()
+        if started is not None:
+            subprocess.run(["docker", "rm", "-f", started[0]], capture_output=True)
+        tmp.cleanup()
 
-    p50, p99 = pct(lat, 0.50), pct(lat, 0.99)
-    print(f"machine: {os.cpu_count()} CPUs; server: {info['workers']} workers, isolation {info['tier']} "
-          f"{info['layers']}")
-    print(f"HTTP /run_code latency (sequential, n={len(lat)}): p50 {p50:.2f} ms   p99 {p99:.2f} ms")
-    print(f"HTTP /run_code throughput (concurrency {args.concurrency}, n={args.requests}): {http_rate:8.1f} exec/s")
-    print(f"naive subprocess.run, sequential (n={args.naive}):           {naive_seq:8.1f} exec/s")
-    print(f"naive subprocess.run, concurrency {args.concurrency} (n={args.naive}):        {naive_par:8.1f} exec/s")
-    print(f"ratio vs naive sequential:        {http_rate / naive_seq:5.1f}x   (target >= 10x)")
-    print(f"ratio vs naive, same concurrency: {http_rate / naive_par:5.1f}x")
-    print(f"p50 target <= 5 ms: {'met' if p50 <= 5 else 'NOT met'}")
-    if pool is not None:
-        pool_rate = totals["pool"][0] / totals["pool"][1]
-        print(f"in-process pool without HTTP (sandbox.executor.Pool, same workers): {pool_rate:.1f} exec/s = "
-              f"{pool_rate / naive_seq:.1f}x naive sequential (the ceiling of the HTTP figure)")
-    if started is None:
-        print("container: not measured (no Docker engine or no image; `make sandbox-image` builds it)")
-    else:
-        c_rate = totals["container"][0] / totals["container"][1]
-        print(f"container ({args.container}, {c_info['workers']} workers, isolation {c_info['tier']} "
-              f"{c_info['layers']}): p50 {pct(c_lat, 0.5):.2f} ms, {c_rate:.1f} exec/s = "
-              f"{c_rate / naive_seq:.1f}x naive sequential, {c_rate / http_rate:.2f}x the in-process server")
-    return 0
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end; "
+          f"{rounds} alternating rounds, concurrency {args.concurrency}")
+    print(f"alprl: {describe(info)}")
+    if peer is not None:
+        print(f"peer: {peer.url}, {describe(peer_info)}")
+    for line in naive_lines:
+        print(line)
+    for prog in programs:
+        name = prog.name
+        naive_seq, naive_par = totals.get(name, "naive_seq"), totals.get(name, "naive_par")
+        print(f"\n== {name} (--programs {prog_keys[name]}) ==")
+        rates = {}
+        for side in http_sides:
+            rates[side.label] = totals.get(name, side.label)
+            p50, p99, cnt = totals.p(name, side.label)
+            print(f"{side.label:>9}: {rates[side.label]:8.1f} exec/s (n={n * rounds})   "
+                  f"p50 {p50:7.2f} ms   p99 {p99:7.2f} ms (sequential, n={cnt})")
+        print(f"{'naive':>9}: {naive_seq:8.1f} exec/s sequential, {naive_par:8.1f} exec/s at concurrency "
+              f"{args.concurrency} (n={m * rounds} each)")
+        a = rates["alprl"]
+        for label in ("alprl", "peer"):
+            acc = totals.cpu.get((name, label))
+            if acc:
+                k = acc[0] / 1e3
+                print(f"{label:>9}: server-side CPU per execution {sum(acc[1:]) / k:6.2f} ms (server process "
+                      f"{acc[1] / k:.2f}, its live children {acc[2] / k:.2f}, reaped processes {acc[3] / k:.2f})")
+        if ("peer" in cpu_roots) and (name, "peer") in totals.cpu:
+            cpu_a, cpu_p = totals.cpu[(name, "alprl")], totals.cpu[(name, "peer")]
+            print(f"ratio CPU per execution peer/alprl ({name}): "
+                  f"{(sum(cpu_p[1:]) / cpu_p[0]) / (sum(cpu_a[1:]) / cpu_a[0]):5.2f}x")
+        if peer is not None:
+            ap50, ap99, _ = totals.p(name, "alprl")
+            pp50, pp99, _ = totals.p(name, "peer")
+            print(f"ratio alprl/peer ({name}): {a / rates['peer']:5.2f}x throughput   (target >= 8x against "
+                  f"SandboxFusion)")
+            print(f"latency peer/alprl ({name}): p50 {pp50 / ap50:5.2f}x   p99 {pp99 / ap99:5.2f}x")
+        print(f"ratio alprl/naive ({name}): {a / naive_seq:5.2f}x sequential naive, {a / naive_par:5.2f}x naive at the "
+              f"same concurrency")
+        print(f"p50 target <= 5 ms ({name}): {'met' if totals.p(name, 'alprl')[0] <= 5 else 'NOT met'}")
+        if pool is not None:
+            pool_rate = totals.get(name, "pool")
+            print(f"in-process pool without HTTP (sandbox.executor.Pool, same workers): {pool_rate:.1f} exec/s = "
+                  f"{pool_rate / naive_seq:.1f}x naive sequential (the ceiling of the HTTP figure)")
+        if container is not None:
+            c_rate = rates["container"]
+            print(f"container ({args.container}, {describe(c_info)}): {c_rate:.1f} exec/s = "
+                  f"{c_rate / naive_seq:.1f}x naive sequential, {c_rate / a:.2f}x the in-process server")
+    if container is None and not args.no_container:
+        print("\ncontainer: not measured (no Docker engine or no image; `make sandbox-image` builds it)")
+    failed = [(side.label, side.failures) for side in http_sides if side.failures]
+    for label, failures in failed:
+        print(f"\n{label}: {len(failures)} bad answers (counted in its rate), first: {failures[0]}")
+    return 1 if failed else 0
 
 
 def wait_until_warm(host: str, port: int, timeout_s: float = 120.0) -> dict:
@@ -240,11 +540,14 @@ def wait_until_warm(host: str, port: int, timeout_s: float = 120.0) -> dict:
         time.sleep(0.2)
 
 
-def _get(host: str, port: int, path: str) -> bytes:
+def _get(host: str, port: int, path: str, headers: dict | None = None) -> bytes:
     conn = http.client.HTTPConnection(host, port, timeout=30)
-    conn.request("GET", path)
-    body = conn.getresponse().read()
+    conn.request("GET", path, headers=headers or {})
+    resp = conn.getresponse()
+    body = resp.read()
     conn.close()
+    if resp.status != 200:
+        raise OSError(f"GET {path}: {resp.status}")
     return body
 
 
