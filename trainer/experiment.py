@@ -206,14 +206,15 @@ def _mismatch_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
 
 SUITES = {s.name: s for s in (
     Suite("alp", "GRPO, Seq-Bypass, Seq/Token-MIS and Token/Seq-ALP under one dialled mismatch (ALP Tables 1/3, "
-          "Figures 1-5, 10)", ("grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp"),
+          "Figures 1-5, 10), with DPPO-TV as 2026's most shipped correction beside them",
+          ("grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp", "dppo_tv"),
           _alp_settings, baseline_method="grpo",
           cost="18 cells (6 methods × lag2 × 3 seeds): 43.2 min, 2.4 min a cell (2026-12-01, beside "
                "other work)",
           claim="under training-inference mismatch Token/Seq-ALP reach a "
           "higher held-out avg@k than GRPO, Seq-Bypass, Token-MIS and Seq-MIS",
           also_compare=tuple((alp, other) for alp in ("token_alp", "seq_alp")
-                             for other in ("seq_bypass", "token_mis", "seq_mis"))),
+                             for other in ("seq_bypass", "token_mis", "seq_mis", "dppo_tv"))),
     Suite("layers", "Seq-ALP on all / early / middle / late decoder layers and on the logits only (ALP Table 4, "
           "Figure 6)", ("seq_alp",), _layer_settings, baseline_setting="layers_all",
           cost="15 cells (5 settings × 3 seeds): 2.5-5 min a cell (33.3 min for seeds 0-1)",

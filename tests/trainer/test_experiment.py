@@ -17,7 +17,7 @@ from trainer.experiment import SUITES, thirds
 from trainer.experiment_run import build_plan
 from trainer.run_meta import source_commit
 
-ALP_METHODS = ["grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp"]
+ALP_METHODS = ["grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp", "dppo_tv"]
 
 
 def plan_of(*argv: str):
@@ -40,9 +40,9 @@ def test_every_suite_plans_cells_whose_configs_validate(tmp_path):
 def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
     alp = plan_of("alp", "--scale", "smoke", "--seeds", "0,1", "--out", str(tmp_path / "a"))
     claim = [(f"{a}/lag2", f"{b}/lag2") for a in ("token_alp", "seq_alp") for b in ("seq_bypass", "token_mis",
-                                                                                   "seq_mis")]
+                                                                                   "seq_mis", "dppo_tv")]
     assert alp.comparisons() == [(f"{m}/lag2", "grpo/lag2") for m in ALP_METHODS[1:]] + claim  # ALP vs each
-    assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 12
+    assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 14
     layers = plan_of("layers", "--scale", "smoke", "--out", str(tmp_path / "l"))
     assert [b for _, b in layers.comparisons()] == ["seq_alp/layers_all"] * 4 + ["seq_alp/logits_only"] * 3
     stale = plan_of("staleness", "--scale", "smoke", "--out", str(tmp_path / "s"))
@@ -103,11 +103,11 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
         assert (out / name).stat().st_size > 0
     data = json.loads((out / "report.json").read_text())
     assert list(data["arms"]) == [f"{m}/lag2" for m in ALP_METHODS]
-    assert data["cells_finished"] == data["cells_planned"] == 6 and data["start"] == str(sft_dir)
+    assert data["cells_finished"] == data["cells_planned"] == 7 and data["start"] == str(sft_dir)
     for arm in data["arms"].values():
         assert arm["ci_lo"] <= arm["success"] <= arm["ci_hi"] and arm["problems"] == 4
         assert set(arm["pass_at_k"]) == {"1", "2"} and arm["training"]["mismatch_kl_mean"] is not None
-    assert [c["baseline"] for c in data["comparisons"]][:5] == ["grpo/lag2"] * 5 and len(data["comparisons"]) == 11
+    assert [c["baseline"] for c in data["comparisons"]][:6] == ["grpo/lag2"] * 6 and len(data["comparisons"]) == 14
     for c in data["comparisons"]:
         assert c["ci_lo"] <= c["diff"] <= c["ci_hi"] and c["verdict"] in ("better", "worse", "inside the noise")
         assert c["summary"].startswith("At this scale") and c["arm"] in c["summary"]
@@ -145,7 +145,7 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     partial = json.loads((out / "report.json").read_text())
     assert len(calls) == 1 and calls[0] in (half_done.name, never_started.name)
     (left,) = {half_done.name, never_started.name} - set(calls)
-    assert partial["cells_missing"] == [left] and partial["cells_finished"] == 5
+    assert partial["cells_missing"] == [left] and partial["cells_finished"] == 6
     assert f"(missing: {left})" in (out / "report.md").read_text()
     assert not (out / "report.html").exists()  # figures are drawn once, when the experiment ends
     assert main(argv) == 0, capsys.readouterr().err
@@ -156,7 +156,7 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     # starting over, so its directory, stray file included, was kept
     assert json.loads((half_done / "cell.json").read_text())["resumed_from_step"] == 2
     assert (half_done / "left_by_the_kill.txt").exists()
-    assert len(json.loads((out / "report.json").read_text())["arms"]) == 6
+    assert len(json.loads((out / "report.json").read_text())["arms"]) == 7
     # each cell is an ordinary run directory: `alprl report` overlays them
     assert write_report([cells[0], cells[-1]], out=tmp_path / "overlay.html").stat().st_size > 0
 
