@@ -232,8 +232,8 @@ SUITES = {s.name: s for s in (
     Suite("ablation", "Loss level (token/seq Bypass) × clip band (0.2/0.28, 0.5/3.0) × perturbation (off, absolute "
           "σ0 1e-6, relative σ0) under policy lag 2: what of Token-ALP's lead is the noise, what the clip",
           ("token_bypass", "seq_bypass"), _ablation_settings, pair_arms=ablation_comparisons,
-          cost="36 cells (2 methods × 6 settings × 3 seeds), 9 of them the alp suite's runs with "
-               "--reuse: ~2.5-6 min a cell as the sensitivity suite's",
+          cost="36 cells (2 methods × 6 settings × 3 seeds), 9 of them the alp suite's runs with --reuse; "
+               "not run yet: expect the sensitivity suite's minutes a cell",
           claim="the perturbation itself, not the clip range, makes ALP better than Bypass under mismatch"),
     Suite("robustness", "GRPO, SPrPO and Seq-ALP on the household, then the robustness sweep of each final "
           "checkpoint (SPrPO's claim)", ("grpo", "sprpo", "seq_alp"), _plain_setting,
