@@ -100,6 +100,7 @@ def sigma_response_chart(data: dict[str, Any]) -> str | None:
     if not lines:
         return None
     fig, (ax_s, ax_d, ax_r) = plt.subplots(1, 3, figsize=(14.0, 3.6))
+    ax_d.set_yscale("log")  # |Δp| spans decades, as σ0 does
     mismatch = []
     for label, points in lines.items():
         xs = [x for x, _ in points]
@@ -107,15 +108,17 @@ def sigma_response_chart(data: dict[str, Any]) -> str | None:
         err = [[y - a["ci_lo"] for y, (_, a) in zip(ys, points, strict=True)],
                [a["ci_hi"] - y for y, (_, a) in zip(ys, points, strict=True)]]
         ax_s.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label, alpha=0.85)
-        dp = [(x, a["training"].get("dp_p99_mean")) for x, a in points]
-        ax_d.plot([x for x, v in dp if v is not None], [v for _, v in dp if v is not None], marker="o", label=label)
+        dp = [(x, v) for x, a in points if (v := a["training"].get("dp_p99_mean")) is not None and v > 0]
+        ax_d.plot([x for x, _ in dp], [v for _, v in dp], marker="o", label=label)  # log axis: positive only
         drift = [(x, a["training"].get("sigma_drift")) for x, a in points]
         ax_r.plot([x for x, v in drift if v is not None], [v for _, v in drift if v is not None], marker="o",
                   label=label)
         mismatch += [a["training"]["mismatch_dp_p99_mean"] for _, a in points
                      if a["training"].get("mismatch_dp_p99_mean") is not None]
     if mismatch:
-        ax_d.axhline(sum(mismatch) / len(mismatch), ls="--", color="k", lw=1, label="sampler |π_old − μ| P99")
+        level = sum(mismatch) / len(mismatch)
+        ax_d.axhline(level, ls="--", color="k", lw=1, label="sampler |π_old − μ| P99")
+        ax_d.set_ylim(top=max(ax_d.get_ylim()[1], 3 * level))
     for ax, title, ylabel in ((ax_s, "held-out success (95% interval)", "success"),
                               (ax_d, "|Δp| P99 of the perturbation (mean over steps)", "|Δp|"),
                               (ax_r, "σ drift over the run (last / first)", "σ_last / σ0")):
@@ -124,7 +127,6 @@ def sigma_response_chart(data: dict[str, Any]) -> str | None:
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-    ax_d.set_yscale("symlog", linthresh=1e-6)
     ax_s.legend(fontsize=7)
     ax_d.legend(fontsize=7)
     fig.suptitle(SIGMA_FIGURE, fontsize=10)
