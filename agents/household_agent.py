@@ -43,6 +43,7 @@ from typing import Any
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
+from agents.control_tokens import chat_prompt_ids, encode_text, end_of_turn_ids
 from agents.trajectory import ANCHOR_OBS_KEY
 
 PROMPT = "> "
@@ -85,18 +86,26 @@ class CommandLineAgent:
         """Every turn is one command line, however many turns came before."""
         return [STOP]
 
+    def end_of_turn_ids(self) -> list[int]:
+        """eos and the chat template's end-of-turn token: they close the one assistant message of the episode."""
+        return end_of_turn_ids(self.tokenizer)
+
+    def ended_turn_action(self, text: str) -> str | None:
+        """None: a command that closed the message is not run (commands end at their line break; the env runs each
+        command as a tool call), so the episode ends there."""
+        return None
+
     def prompt_ids(self, first_obs: str, info: dict[str, Any]) -> list[int]:
         """Chat prompt + the opening "> " of the assistant message (tokenized separately, like every piece)."""
-        ids = self.tokenizer.apply_chat_template(self.messages(first_obs), add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False)
-        return list(ids) + self.tokenizer.encode(PROMPT, add_special_tokens=False)
+        return chat_prompt_ids(self.tokenizer, self.messages(first_obs)) + \
+            self.tokenizer.encode(PROMPT, add_special_tokens=False)
 
     def observation_text(self, obs: str) -> str:
         """What follows a command: the capped view, then the next "> "."""
         return cut(self.view(obs), self.max_obs_chars) + STOP + PROMPT
 
     def observation_ids(self, obs: str) -> list[int]:
-        return self.tokenizer.encode(self.observation_text(obs), add_special_tokens=False)
+        return encode_text(self.tokenizer, self.observation_text(obs))
 
     def turn_ids(self, text: str) -> list[int]:
         """Token ids of an expert-written turn (SFT data); RL never re-encodes sampled text."""

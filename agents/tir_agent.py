@@ -11,6 +11,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from agents.control_tokens import chat_prompt_ids, encode_text, end_of_turn_ids
 from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT, get_style
 
 
@@ -29,13 +30,23 @@ class TIRAgent:
         """The style's stop strings; none once its tool-call budget is spent (ToRL's last round)."""
         return list(self.style.stop_for(num_tool_calls))
 
+    def end_of_turn_ids(self) -> list[int]:
+        """eos and the chat template's end-of-turn token: the whole episode is one assistant message, so either
+        ends the episode (agents/rollout.py)."""
+        return end_of_turn_ids(self.tokenizer)
+
+    def ended_turn_action(self, text: str) -> str | None:
+        """The action for a turn that closed the message: the turn itself when it answers or is void (the env
+        grades it and runs nothing); None when it would run a tool call, which a closed message never does."""
+        parsed = self.style.parse_turn(text)
+        return text if parsed.answered or parsed.code is None else None
+
     def prompt_ids(self, first_obs: str, info: dict[str, Any]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(self.messages(first_obs), add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False)
-        return list(ids)
+        return chat_prompt_ids(self.tokenizer, self.messages(first_obs))
 
     def observation_ids(self, obs: str) -> list[int]:
-        return self.tokenizer.encode(obs, add_special_tokens=False)
+        """Tool output as text: a printed `<|im_end|>` stays characters, never the control token."""
+        return encode_text(self.tokenizer, obs)
 
     def turn_ids(self, text: str) -> list[int]:
         """Token ids of an expert-written turn (SFT data); RL never re-encodes sampled text."""
@@ -56,3 +67,7 @@ class SingleTurnMathAgent(TIRAgent):
 
     def stop_strings(self, num_tool_calls: int) -> list[str]:
         return []
+
+    def ended_turn_action(self, text: str) -> str | None:
+        """The one reply, whatever it holds: there is no tool to run, so the env grades it as written."""
+        return text

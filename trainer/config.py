@@ -143,6 +143,10 @@ class RolloutConfig:
     context must hold it plus the prompt (`alprl sft` sizes the tiny model's; a full context also truncates)."""
     max_obs_tokens: int = 64
     """Observation tokens appended per tool call (cut on token ids)."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """More token ids that end an assistant turn (finish reason eos: the episode ends there), on top of the
+    tokenizer's eos and its chat template's end-of-turn token, which every turn stops on already
+    (agents/control_tokens.py). Both engines stop on the same ids."""
     episode_timeout_s: float = 0.0
     """Wall-clock limit of one episode, checked between turns (0: none); past it: truncated, reward 0."""
     env_concurrency: int = 8

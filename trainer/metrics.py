@@ -23,6 +23,8 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "rollout/tool_calls": mean("num_tool_calls"),
         "rollout/void_turn_frac": mean("void_turn"),
         "rollout/truncated_frac": mean("truncated"),
+        # closed the message (eos, end-of-turn token) on a tool call, which is never run: reward 0 (agents/rollout.py)
+        "rollout/unrun_tool_call_frac": mean("unrun_tool_call"),
         "rollout/sandbox_errors": float(sum(bool(t.info.get("sandbox_error")) for t in trajs)),  # episodes, masked
         "rollout/invalid_actions": mean("invalid_actions"),  # commands not admissible as written (household/WebShop)
         "rollout/response_len": statistics.fmean(len(t.response_ids) for t in trajs),

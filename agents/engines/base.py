@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 import torch
 
 FinishReason = Literal["stop", "eos", "length"]
+"""stop: a stop string (a tool call) ended the turn; eos: eos or a stop token closed it; length: the budget ran out."""
 
 
 @dataclass
@@ -23,6 +24,10 @@ class GenerationRequest:
     max_new_tokens: int
     stop_strings: list[str] = field(default_factory=list)
     """Generation ends right after the token that completes one of these strings (the token is kept)."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Generation also ends on one of these tokens, kept, finish reason "eos" (the rollout passes the turn's end:
+    eos, the chat template's end-of-turn token, `rollout.stop_token_ids`; agents/control_tokens.py). Each engine
+    also stops on the checkpoint's eos ids (tokenizer and generation config), the same set in both."""
 
 
 @dataclass

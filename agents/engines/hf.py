@@ -42,6 +42,14 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
+def checkpoint_eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The eos ids vLLM stops on for a checkpoint: the tokenizer's eos and the generation config's (an int or a
+    list: Qwen2.5-Instruct lists `<|im_end|>` and `<|endoftext|>`), so both engines end turns on the same ids."""
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    listed = config_eos if isinstance(config_eos, list | tuple) else [config_eos]
+    return list(dict.fromkeys(int(e) for e in [tokenizer.eos_token_id, *listed] if e is not None))
+
+
 def batch_seed(seed: int | None) -> int:
     """One generator seed for a batched call seeded by one int (a fresh random one when unseeded)."""
     if seed is None:
@@ -62,7 +70,7 @@ class HFEngine:
         self.tokenizer = tokenizer
         self.temperature = temperature
         self.top_p = top_p
-        eos = eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id]
+        eos = eos_token_ids if eos_token_ids is not None else checkpoint_eos_ids(model, tokenizer)
         self.eos_token_ids = [e for e in eos if e is not None]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         # The model's context, as vLLM derives it: both engines cut a request at the same length.
@@ -172,7 +180,7 @@ class HFEngine:
 
     def _finished(self, req: GenerationRequest, budget: int, res: GenerationResult, tok: int, texts: list[str],
                   i: int) -> bool:
-        if tok in self.eos_token_ids:
+        if tok in self.eos_token_ids or tok in req.stop_token_ids:
             res.finish_reason = "eos"
             return True
         if req.stop_strings:

@@ -13,6 +13,8 @@ What it does, and the vLLM setting behind each part:
 - **Stop strings** end a turn right after the token that completes them, and that token stays in the returned ids
   (`include_stop_str_in_output`); the trainer must see every sampled token. Special tokens are detokenized
   (`skip_special_tokens=False`) so stop strings match the same text as in the transformers engine.
+- **Stop tokens** (`stop_token_ids`): the request's end-of-turn ids (agents/control_tokens.py), on top of the eos
+  ids vLLM takes from the tokenizer and the generation config (the transformers engine stops on the same set).
 - **Finish reasons**: a stop string → "stop"; eos or a stop token → "eos" (the eos token is kept); budget → "length".
 - **Weight sync** (`update_weights`): the trainer's tensors are packed into safetensors bytes (vLLM's RPC channel
   carries bytes, not tensors) in chunks of `sync_chunk_mb` and handed to the worker extension (vllm_sync.py), which
@@ -293,6 +295,7 @@ class VLLMEngine:
         return SamplingParams(n=1, max_tokens=max_tokens, temperature=0.0 if greedy else self.temperature,
                               top_p=1.0 if greedy else self.top_p, seed=None if greedy else seed, logprobs=0,
                               stop=list(req.stop_strings) or None, include_stop_str_in_output=True,
+                              stop_token_ids=list(req.stop_token_ids) or None,
                               skip_special_tokens=False, spaces_between_special_tokens=False,
                               output_kind=RequestOutputKind.FINAL_ONLY, flat_logprobs=True)
 

@@ -3,13 +3,11 @@ problems or on a dataset file's (`envs/tir/problems.py`)."""
 
 from __future__ import annotations
 
-import string
 import zlib
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
 
 from envs.tir.execution import EXEC_MODES, run_block
 from envs.tir.expert import expert_code_turn
@@ -17,21 +15,18 @@ from envs.tir.grading import grade
 from envs.tir.problems import ProblemSource
 from envs.tir.styles import get_style
 from envs.tir.tasks import SPLIT_RANGES, TIRTask
+from envs.unicode_text import UnicodeText, utf8_clean
 from sandbox.client import make_runner
 from sandbox.types import CodeRunner, ExecutionResult
 
 OBS_MAX_CHARS = 32768
 ACTION_MAX_CHARS = 65536
-EXTRA_CHARS = "×÷·√π∞≤≥≠≈±−²³"  # math symbols a tool may print and a policy may read as they are
-CHARSET = string.printable + EXTRA_CHARS
-_CHARSET = frozenset(CHARSET)
 
 
 def to_observation(text: str) -> str:
-    """Keep an observation inside the observation space: other characters become `\\uXXXX` escapes
-    (deterministic, and still readable), and over-long text is cut with a marker."""
-    if not _CHARSET.issuperset(text):
-        text = "".join(ch if ch in _CHARSET else ascii(ch)[1:-1] for ch in text)
+    """Keep an observation inside the observation space (`envs.unicode_text.UnicodeText`): its Unicode as it is
+    (a lone surrogate, which no tokenizer takes, becomes U+FFFD), over-long text cut with a marker."""
+    text = utf8_clean(text)
     if len(text) > OBS_MAX_CHARS:
         marker = "\n...(observation truncated)...\n"
         keep = (OBS_MAX_CHARS - len(marker)) // 2
@@ -43,13 +38,13 @@ class TIRMathEnv(gym.Env):
     """Solve a math problem (generated, or a dataset file's), optionally running Python code through a sandbox.
 
     ## Observation
-    `Text(32768, min_length=0, charset=string.printable + a few math symbols)`. After `reset`: the problem
-    text (e.g. "Compute 4821 * 937."); the agent adds the system prompt (`envs.tir.styles`) and chat template.
-    After a code turn: the formatted execution result of the style (e.g. "\\nCode execution result: 4517277\\n").
-    After the last step: "". Characters outside the charset are escaped (`\\u00e9`).
+    `UnicodeText(32768)` (`envs/unicode_text.py`: any Unicode text). After `reset`: the problem text (e.g.
+    "Compute 4821 * 937."); the agent adds the system prompt (`envs.tir.styles`) and chat template. After a code
+    turn: the formatted execution result of the style (e.g. "\\nCode execution result: 4517277\\n"), its
+    characters as the program printed them. After the last step: "".
 
     ## Action
-    `Text(65536, min_length=0, charset=...)`: the text of one assistant turn, which ends at the style's stop
+    `UnicodeText(65536)`: the text of one assistant turn, which ends at the style's stop
     string when it calls the tool. Any `str` is accepted (other characters included); nothing raises.
 
     ## Reward
@@ -119,8 +114,8 @@ class TIRMathEnv(gym.Env):
         self.split, self.max_turns, self.exec_mode = split, max_turns, exec_mode
         self.run_timeout_s, self.memory_limit_mb = float(run_timeout_s), int(memory_limit_mb)
         self.difficulty, self.expert, self.render_mode = difficulty, bool(expert), render_mode
-        self.observation_space = spaces.Text(OBS_MAX_CHARS, min_length=0, charset=CHARSET)
-        self.action_space = spaces.Text(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
+        self.observation_space = UnicodeText(OBS_MAX_CHARS)
+        self.action_space = UnicodeText(ACTION_MAX_CHARS)
         self._owns_runner = runner is None
         self._runner: CodeRunner | None = runner if runner is not None else \
             make_runner(sandbox_url, retry_s=sandbox_retry_s)

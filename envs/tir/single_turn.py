@@ -13,24 +13,24 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
 
 from envs.boxed import extract_boxed
-from envs.tir.env import ACTION_MAX_CHARS, CHARSET, OBS_MAX_CHARS, to_observation
+from envs.tir.env import ACTION_MAX_CHARS, OBS_MAX_CHARS, to_observation
 from envs.tir.grading import grade
 from envs.tir.problems import ProblemSource
 from envs.tir.tasks import SPLIT_RANGES, TIRTask
+from envs.unicode_text import UnicodeText
 
 
 class MathEnv(gym.Env):
     """Answer a math problem (generated, or a dataset file's) in one turn; no tool, no stop strings.
 
     ## Observation
-    `Text(32768, min_length=0, charset=string.printable + a few math symbols)`, as `TIRMathEnv`'s. After `reset`:
+    `UnicodeText(32768)` (any Unicode text), as `TIRMathEnv`'s. After `reset`:
     the problem text; the agent adds the system prompt and the chat template. After the step: "".
 
     ## Action
-    `Text(65536, min_length=0, charset=...)`: the whole reply. Any `str` is accepted; nothing raises.
+    `UnicodeText(65536)`: the whole reply. Any `str` is accepted; nothing raises.
 
     ## Reward
     1.0 if the reply's last complete `\\boxed{}` answer grades correct (`envs.tir.grading.grade`: math-verify
@@ -70,8 +70,8 @@ class MathEnv(gym.Env):
         self.problems = ProblemSource(dataset=dataset, eval_dataset=eval_dataset, dataset_format=dataset_format,
                                       dataset_split_field=dataset_split_field, dataset_fields=dataset_fields,
                                       difficulty=difficulty, task_types=task_types)
-        self.observation_space = spaces.Text(OBS_MAX_CHARS, min_length=0, charset=CHARSET)
-        self.action_space = spaces.Text(ACTION_MAX_CHARS, min_length=0, charset=CHARSET)
+        self.observation_space = UnicodeText(OBS_MAX_CHARS)
+        self.action_space = UnicodeText(ACTION_MAX_CHARS)
         self._task: TIRTask | None = None
         self._obs, self._answer, self._step, self._won, self._done = "", "", 0, False, False
 

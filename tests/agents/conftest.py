@@ -58,3 +58,27 @@ def tool_caller(tiny_model_dir):
     losses = train_on_sequences(model, data, cfg, tok.pad_token_id, show_progress=False)
     assert losses[-1] < 0.01, f"the tool caller did not memorize its script (loss {losses[-1]:.3f})"
     return model, tok
+
+
+# ------------------------------------------------------------- the real vocabulary (tests/qwen_vocab.py)
+
+
+@pytest.fixture(scope="session")
+def qwen_vllm(qwen_base_dir):
+    """One fp32 vLLM engine on the random base checkpoint of the Qwen2.5 vocabulary; tests push their weights."""
+    engine = _vllm_engine(qwen_base_dir, "float32")
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def qwen_tool_caller(qwen_base_dir):
+    """(model, tokenizer, scripts): the random base checkpoint memorizing one TIR episode per style
+    (tests/agents/qwen_script.py: simpletir and hermes, Unicode, a character sampled byte by byte)."""
+    from qwen_script import memorize, script
+
+    model, tok = load_model_and_tokenizer(qwen_base_dir)
+    scripts = {style: script(tok, style) for style in ("simpletir", "hermes")}
+    loss = memorize(model, [s.sequence for s in scripts.values()])
+    assert loss < 0.05, f"the Qwen tool caller did not memorize its scripts (loss {loss:.3f})"
+    return model, tok, scripts

@@ -47,6 +47,12 @@ class WordAgent:
     def decode(self, token_ids):
         return "look"
 
+    def end_of_turn_ids(self):
+        return [9]
+
+    def ended_turn_action(self, text):
+        return None
+
 
 class Room(gym.Env):
     """Answers step k with OBSERVATIONS[k]; wins after len(OBSERVATIONS) + 1 steps."""

@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
-from envs.tir.env import TIRMathEnv
+from envs.tir.env import TIRMathEnv, to_observation
 from envs.tir.styles import TIMEOUT_MESSAGE
 from envs.tir.tasks import generate_task
 
@@ -160,12 +160,25 @@ def test_sandbox_failure_is_an_error_observation_never_an_exception():
     assert env.step(block("print(2)"))[4]["sandbox_error"] is True
 
 
-def test_output_outside_the_charset_is_escaped_into_the_space():
+def test_unicode_output_and_problems_keep_their_characters():
+    """Issue 38 (3): tool output and problem text reach the agent as written, not as \\uXXXX escapes."""
     env = make()
     start(env)
-    obs = env.step(block("print('caf\\u00e9 √2 \\U0001F600')"))[0]
-    assert obs == "\nCode execution result: caf\\xe9 √2 \\U0001f600\n"
+    obs = env.step(block("print('Écrivez la réponse — 分数で', '√2', '\\U0001F600')"))[0]
+    assert obs == "\nCode execution result: Écrivez la réponse — 分数で √2 \U0001F600\n"
     assert obs in env.observation_space
+    lone_surrogate = env.step(block("print(1)"))[0].replace("1", "\ud800")
+    assert lone_surrogate not in env.observation_space  # UTF-8 cannot encode it, no tokenizer takes it
+    assert to_observation("a\ud800b") == "a\ufffdb"
+
+
+def test_unicode_problem_text_is_the_first_observation(tmp_path):
+    problems = tmp_path / "fr.jsonl"
+    problems.write_text('{"question": "Écrivez la réponse — 分数で: 1/2 + 1/3 ?", "answer": "5/6"}\n',
+                        encoding="utf-8")
+    env = make(dataset=str(problems))
+    obs, _ = env.reset(seed=0, options={"index": 0})
+    assert obs == "Écrivez la réponse — 分数で: 1/2 + 1/3 ?" and obs in env.observation_space
 
 
 PIECES = ["```python\n", "```py\n", "\n```\n", "```", "print(1)", "final_answer(2)", "\\boxed{", "\\fbox{", "}", "{",
