@@ -92,29 +92,39 @@ def test_alp_with_zero_sigma_equals_bypass_exactly():
     assert all(torch.equal(a, b) for a, b in zip(grads[0][1], grads[1][1], strict=True))
 
 
-def test_log_sigma_receives_the_gradient_of_the_loss():
-    # autograd's ∂L/∂s_l (noise regenerated in backward) matches a central finite difference in float64
-    # (HF's RMSNorm computes in fp32, hence h = 1e-3 and rel 1e-3; a missing σ factor would be 20× off)
+def _float64_alp(mode):
+    """(perturbation at σ0 0.05 on a float64 model, the advantage-weighted loss under its noise of seed 5)."""
     model = _model(torch.float64)
-    pert = LayerwisePerturbation(model, sigma_init=0.05).double()
+    pert = LayerwisePerturbation(model, sigma_init=0.05, sigma_mode=mode).double()
     adv = torch.tensor([[1.0], [-1.0], [0.5]]).double()
 
     def loss_at(seed=5):
         with pert.active(seed=seed):
             return -(adv * _logp(model)).mean()
 
+    return pert, loss_at
+
+
+def _central_difference(pert, loss_at, layer, h=1e-3):
+    """(L(s_l + h) − L(s_l − h)) / 2h, log σ restored after."""
+    with torch.no_grad():
+        pert.log_sigma[layer] += h
+        up = loss_at().item()
+        pert.log_sigma[layer] -= 2 * h
+        down = loss_at().item()
+        pert.log_sigma[layer] += h
+    return (up - down) / (2 * h)
+
+
+def test_log_sigma_receives_the_gradient_of_the_loss():
+    # autograd's ∂L/∂s_l (noise regenerated in backward) matches a central finite difference in float64
+    # (HF's RMSNorm computes in fp32, hence h = 1e-3 and rel 1e-3; a missing σ factor would be 20× off)
+    pert, loss_at = _float64_alp("absolute")
     loss_at().backward()
     grad = pert.log_sigma.grad.clone()
     assert (grad != 0).all()
-    h = 1e-3
     for layer in range(2):
-        with torch.no_grad():
-            pert.log_sigma[layer] += h
-            up = loss_at().item()
-            pert.log_sigma[layer] -= 2 * h
-            down = loss_at().item()
-            pert.log_sigma[layer] += h
-        assert grad[layer].item() == pytest.approx((up - down) / (2 * h), rel=1e-3)
+        assert grad[layer].item() == pytest.approx(_central_difference(pert, loss_at, layer), rel=1e-3)
     assert pert.metrics()["perturb/grad_log_sigma_norm"] == pytest.approx(grad.norm().item())
 
 
@@ -382,24 +392,11 @@ def test_relative_log_sigma_gradient_matches_finite_differences_on_both_paths(mo
     # layer the difference also moves the rms of the layers after it, which the gradient leaves out on purpose.
     import agents.perturbation as module
 
-    model = _model(torch.float64)
-    pert = LayerwisePerturbation(model, sigma_init=0.05, sigma_mode="relative").double()
-    adv = torch.tensor([[1.0], [-1.0], [0.5]]).double()
-
-    def loss_at(seed=5):
-        with pert.active(seed=seed):
-            return -(adv * _logp(model)).mean()
-
+    pert, loss_at = _float64_alp("relative")
     loss_at().backward()
     grad = pert.log_sigma.grad.clone()
-    h, last = 1e-3, 1
-    with torch.no_grad():
-        pert.log_sigma[last] += h
-        up = loss_at().item()
-        pert.log_sigma[last] -= 2 * h
-        down = loss_at().item()
-        pert.log_sigma[last] += h
-    assert (grad != 0).all() and grad[last].item() == pytest.approx((up - down) / (2 * h), rel=1e-3)
+    last = 1
+    assert (grad != 0).all() and grad[last].item() == pytest.approx(_central_difference(pert, loss_at, last), rel=1e-3)
     monkeypatch.setattr(module, "_keeps_noise", lambda h: False)  # the CUDA-only path, forced on CPU
     pert.log_sigma.grad = None
     loss_at().backward()
