@@ -1,11 +1,20 @@
 """Loss registry: hand-computed values and registry-wide properties."""
 
+import inspect
 import math
 
 import pytest
 import torch
 
+from trainer.config import AlgoConfig
 from trainer.losses import AGG_MODES, POLICY_LOSSES, aggregate, get_policy_loss, kl_penalty, ppo_clip
+
+
+def required(name):
+    """The hyperparameters an entry states no default for, from AlgoConfig's defaults (the config is their source)."""
+    params = inspect.signature(POLICY_LOSSES[name]).parameters.values()
+    return {p.name: getattr(AlgoConfig(), p.name) for p in params
+            if p.kind is p.KEYWORD_ONLY and p.default is p.empty}
 
 
 def _inputs(b=3, t=5, seed=0):
@@ -72,7 +81,7 @@ def test_dual_clip_must_exceed_one():
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
 def test_registry_finite_and_masked(name):
     logp, old, rollout, adv, mask = _inputs()
-    loss, metrics = POLICY_LOSSES[name](logp, old, rollout, adv, mask)
+    loss, metrics = POLICY_LOSSES[name](logp, old, rollout, adv, mask, **required(name))
     assert loss.shape == logp.shape and torch.isfinite(loss).all()
     assert all(math.isfinite(v) for v in metrics.values())
     assert (loss[mask == 0] == 0).all()  # masked tokens contribute nothing
@@ -83,7 +92,7 @@ def test_registry_finite_and_masked(name):
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
 def test_registry_zero_advantage_gives_zero_gradient(name):
     logp, old, rollout, adv, mask = _inputs()
-    loss, _ = POLICY_LOSSES[name](logp, old, rollout, torch.zeros_like(adv), mask)
+    loss, _ = POLICY_LOSSES[name](logp, old, rollout, torch.zeros_like(adv), mask, **required(name))
     aggregate(loss, mask).backward()
     assert torch.count_nonzero(logp.grad) == 0
 
@@ -179,7 +188,7 @@ def test_registry_nan_on_masked_tokens_never_leaks(name):
     logp, old, rollout, adv, mask = _inputs()
     old = old.masked_fill(mask == 0, float("nan"))
     rollout = rollout.masked_fill(mask == 0, float("-inf"))
-    loss, metrics = POLICY_LOSSES[name](logp, old, rollout, adv, mask)
+    loss, metrics = POLICY_LOSSES[name](logp, old, rollout, adv, mask, **required(name))
     assert torch.isfinite(loss).all() and all(math.isfinite(v) for v in metrics.values())
 
 
@@ -188,6 +197,9 @@ UNCLIPPED = {"quatro"}  # exact trust region, no clip by design (tests/trainer/t
 # the clip bounds a stop-gradient weight (CISPO, IS-REINFORCE: a clipped token keeps its gradient) or acts per
 # token inside a geometric mean (GMPO): tests/trainer/test_cispo.py checks each by hand
 OTHER_CLIP = {"cispo", "is_reinforce", "gmpo"}
+# DPPO bounds the probability difference to μ, not the ratio, and SAPO has a soft gate instead of a clip:
+# tests/trainer/test_trust_region_losses.py works each out by hand
+OTHER_CLIP |= {"dppo_tv", "dppo_kl", "sapo"}
 
 
 @pytest.mark.parametrize("name,level", [(n, lv) for n in sorted(POLICY_LOSSES) if n not in UNCLIPPED | OTHER_CLIP
