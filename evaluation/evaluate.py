@@ -81,18 +81,19 @@ def evaluation_chunks(engine: Engine, agent: Agent, envs: Sequence[gym.Env], spl
         chunk = specs[start: start + len(envs)]
         trajs = run_episodes(engine, agent, envs, chunk, limits, greedy=greedy,
                              seed=derive_seed("eval-sampling", seed, start), pool=pool)
-        yield start, [_record(start + i, samples_per_task, t) for i, t in enumerate(trajs)]
+        yield start, [_record(start + i, samples_per_task, t, agent) for i, t in enumerate(trajs)]
 
 
-def _record(episode: int, samples_per_task: int, t: Trajectory) -> dict[str, Any]:
+def _record(episode: int, samples_per_task: int, t: Trajectory, agent: Agent) -> dict[str, Any]:
     """One episode's record; `extracted_answer` only from envs that report one (the math envs), so a reduction
-    can tell "no answer" from "an env without answers"."""
+    can tell "no answer" from "an env without answers". `response`: the whole response as text (sampled turns and
+    the environment's observations between them), decoded from the ids the engine returned."""
     answer = {"extracted_answer": str(t.info["extracted_answer"])} if "extracted_answer" in t.info else {}
     return {"index": episode // samples_per_task, "sample": episode % samples_per_task, "task_id": t.task_id,
             "task_type": t.info.get("task_type", ""), "reward": t.reward, "won": bool(t.info.get("won")), **answer,
             "turns": t.info.get("turns", 0), "tool_calls": t.info.get("num_tool_calls", 0),
             "response_tokens": len(t.response_ids), "sampled_tokens": t.num_sampled_tokens,
-            "truncated": bool(t.info.get("truncated"))}
+            "truncated": bool(t.info.get("truncated")), "response": agent.decode(list(t.response_ids))}
 
 
 def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,

@@ -99,6 +99,9 @@ def check_outputs(out: Path, stdout: str) -> dict:
         assert r["won"] == (r["extracted_answer"] == golds[r["bench"]][r["index"]]), r
     # sampled at temperature 1: mostly the script (both endings, the tool called), now and then a slip
     scripted = [r["extracted_answer"] in ("4517277", "12") and r["tool_calls"] == 1 for r in records]
+    # each record carries its response as text: the boxed answer it was graded on is in it
+    assert all(f"\\boxed{{{r['extracted_answer']}}}" in r["response"] for r in records
+               if r["extracted_answer"] in ("4517277", "12"))
     assert sum(scripted) >= 0.75 * len(records)
     assert {"4517277", "12"} <= {r["extracted_answer"] for r in records}
     for name in ("a", "b"):
