@@ -3,7 +3,7 @@ program output in any language ("Écrivez la réponse — 分数で").
 
 Gymnasium's `Text` space holds only the characters of a finite charset, and an env must return observations
 inside its space (`check_env` asserts it). The math envs first used ASCII plus a few math symbols and escaped
-everything else to `\\uXXXX`, so a French or Japanese problem, or a program printing one, reached the model as
+everything else to escapes such as `\\u00e9`, so a French or Japanese problem, or a program printing one, reached the model as
 escapes it cannot read. Every alprl tokenizer is byte-level (any string round-trips), so nothing downstream needs
 the restriction: `UnicodeText` contains every `str` within its length bounds that UTF-8 can encode (no lone
 surrogates, which no tokenizer accepts). Its charset is only what `sample()` draws from.

@@ -1,7 +1,6 @@
-"""The real-vocabulary fixture (tests/qwen_vocab.py) and what alprl reads from it: the end-of-turn ids (issue 38
-(1)), environment text kept as text (issue 38 (4)), Unicode and split multi-byte characters, think blocks, and a
-saved checkpoint reloading with the same tokenizer and template (issue 38 (c), transformers side; the vLLM side is
-in test_qwen_vllm.py)."""
+"""The real-vocabulary fixture (tests/qwen_vocab.py) and what alprl reads from it: the end-of-turn ids, environment
+text kept as text, Unicode and split multi-byte characters, think blocks, and a saved checkpoint reloading with the same tokenizer and template (transformers side; the vLLM side is
+in test_qwen_engines.py)."""
 
 from __future__ import annotations
 

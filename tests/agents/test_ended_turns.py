@@ -1,4 +1,4 @@
-"""Issue 38 (2): a turn that closed the assistant message (finish reason eos: eos, the template's end-of-turn
+"""A turn that closed the assistant message (finish reason eos: eos, the template's end-of-turn
 token, a `rollout.stop_token_ids` id) is never executed, and the episode ends there.
 
 A scripted engine plays fixed turns on the real Qwen2.5 vocabulary (tests/qwen_vocab.py); the TIR env runs code

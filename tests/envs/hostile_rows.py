@@ -1,4 +1,4 @@
-"""Issue 38's hostile dataset rows, written in any file format (shared by tests/envs and tests/trainer)."""
+"""Five hostile dataset rows, written in any file format (shared by tests/envs and tests/trainer)."""
 
 from __future__ import annotations
 

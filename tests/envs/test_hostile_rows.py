@@ -1,4 +1,4 @@
-"""Hostile dataset rows (issue 38): judged one by one, in every file format, and graded within bounds.
+"""Hostile dataset rows: judged one by one, in every file format, and graded within bounds.
 
 The five adversarial gold answers of the issue (an unclosed `\\frac{1}{`, a 5,000-digit integer, `x^x^…` 200 deep,
 `\\sqrt{` nested 200 deep, `10^{10^{10^{10}}}`) load as ungradable rows graded as strings; structural problems

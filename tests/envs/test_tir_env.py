@@ -161,7 +161,7 @@ def test_sandbox_failure_is_an_error_observation_never_an_exception():
 
 
 def test_unicode_output_and_problems_keep_their_characters():
-    """Issue 38 (3): tool output and problem text reach the agent as written, not as \\uXXXX escapes."""
+    """Tool output and problem text reach the agent as written, not as escapes such as \\u00e9."""
     env = make()
     start(env)
     obs = env.step(block("print('Écrivez la réponse — 分数で', '√2', '\\U0001F600')"))[0]

@@ -71,7 +71,7 @@ def test_scores_are_difflibs_not_an_edit_distance():
 
 
 def test_issue_38_purchases_score_alike_under_both_goal_forms():
-    """The purchases issue 38 names: WebShop's score follows from thefuzz's scores above, per goal form."""
+    """The purchases a comparison with WebShop's get_reward found differing: WebShop's score follows from thefuzz's scores above, per goal form."""
     cream = Product(asin="B0TEST0002", title="Acme Face Cream", query="face moisturizer cream", category="beauty",
                     product_category="Beauty › Skin Care › Face Moisturizers", price=20.0, price_text="$20.00",
                     options={"size": ("1 oz", "1.7 oz")}, attributes=("anti aging",), bullets=(), description="",

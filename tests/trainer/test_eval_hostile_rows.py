@@ -1,4 +1,4 @@
-"""`alprl eval` on benchmark files holding issue 38's five hostile gold answers, in JSONL, JSON and parquet.
+"""`alprl eval` on benchmark files holding five hostile gold answers, in JSONL, JSON and parquet.
 
 Before: the run ended at the second row (`int()` on 5,000 digits) with exit 2 and no row named. Now every row is
 played, the five are graded as strings, and the terminal, summary.json and report.html name them (file, row,
