@@ -254,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.validation import validate_model_shape  # here, as it loads torch and gymnasium
 
         shape_warnings = validate_model_shape(cfg)  # the run's engine start logs the same warnings
+        if args.command in ("train", "demo"):
+            from trainer.memory_plan import host_memory_warning
+
+            shape_warnings += [w for w in [host_memory_warning(cfg)] if w]
         if args.command in ("sft", "demo"):  # both build the warm start: what SFT refuses, --dry-run refuses too
             from trainer.sft import check_sft_config
 

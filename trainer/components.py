@@ -26,6 +26,7 @@ from agents.rollout import Agent
 from trainer.config import TrainConfig
 from trainer.distributed import SINGLE, DistContext, build_grad_scaler, shard_policy, visible_devices
 from trainer.full_weights import full_named_parameters
+from trainer.memory_plan import host_memory_warning
 from trainer.reference import frozen
 from trainer.sampler_mismatch import SamplerSync, parse_sampler_quant
 from trainer.sft_cache import check_warm_start
@@ -144,6 +145,8 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                     "%d: episodes end when the context is full. Lower rollout.max_response_tokens, or rebuild the "
                     "SFT model (`alprl sft --force`), which sizes its context to the budget",
                     engine.max_model_len, start, r.max_response_tokens)
+    if ctx.rank == 0 and (memory_warning := host_memory_warning(cfg)) is not None:
+        log.warning("%s", memory_warning)
     n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size // ctx.world_size
     model = shard_policy(model.to(ctx.device), cfg, ctx)  # FSDP2 under torchrun (no-op on one CPU process)
     perturbation = build_perturbation(model, cfg)

@@ -35,6 +35,8 @@ def _run_demo(cfg: TrainConfig, console: Console) -> dict[str, Any]:
     start = time.monotonic()
     console.rule("[bold]1/3 SFT warm start (imperfect expert)")
     sft_dir = run_sft(cfg)
+    if cfg.model.path:  # the SFT fine-tuned the checkpoint there; RL starts from the fine-tuned copy
+        cfg.model.path = str(sft_dir)
     sft_meta = json.loads((sft_dir / "sft_meta.json").read_text())
     console.print(f"SFT model: {sft_dir}  ({sft_meta['num_parameters'] / 1e6:.2f} M parameters, "
                   f"expert data success {sft_meta['expert_success']:.2f})")

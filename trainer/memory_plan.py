@@ -13,13 +13,19 @@ nothing is loaded. Two phases peak differently and both are reported:
 The check uses the larger. Every row is an estimate with its formula and source in a comment; what is left out
 (allocator fragmentation, the RMSNorm fp32 upcasts, transient copies inside kernels) is why a plan that fits by a
 hair may still not. `format_plan` renders the table; `refusal(plan)` is the one-line error of a plan that does not fit.
+
+Without CUDA the same bytes land in host memory: `host_memory_warning(cfg)` is the one line a run (and
+`--dry-run`) logs when the ranks' plan exceeds the machine's RAM, e.g. a 151,936-token vocabulary's logits at the
+demo's micro-batch of 64.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.errors import ConfigError
 from trainer.model_shape import ModelShape, model_shape
 
 GIB = 1024**3
@@ -191,10 +197,38 @@ def format_plan(plan: MemoryPlan) -> str:
     return "\n".join(lines)
 
 
+def _largest(plan: MemoryPlan) -> tuple[str, Row]:
+    """The peak phase and its largest row."""
+    phase = "update" if plan.update_peak >= plan.rollout_peak else "rollout"
+    return phase, max(plan.rows, key=lambda r: getattr(r, phase))
+
+
+def host_memory_warning(cfg: Any, host_bytes: int | None = None) -> str | None:
+    """One line when a run without CUDA needs more than the host's memory (`host_bytes`, default the machine's
+    physical RAM): every rank of `distributed.world_size` on this host holds its plan's peak. None when CUDA is
+    there or the config plans for a GPU (`distributed.device_memory_gib`: `--dry-run`'s table checks that), when it
+    fits, or when the model's shape is unknown."""
+    import torch
+
+    if torch.cuda.is_available() or cfg.distributed.device_memory_gib > 0:
+        return None
+    try:
+        plan = plan_memory(cfg)
+    except ConfigError:
+        return None
+    host = host_bytes if host_bytes is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = plan.total * plan.world
+    if need <= host:
+        return None
+    phase, largest = _largest(plan)
+    return (f"memory plan: this run needs about {_gib(need)} GiB of host memory ({plan.world} × "
+            f"{_gib(plan.total)} GiB, {phase} peak; largest: {largest.name} {_gib(getattr(largest, phase))} GiB) "
+            f"but this machine has {_gib(host)} GiB; lower optim.micro_batch_size or rollout.max_response_tokens")
+
+
 def refusal(plan: MemoryPlan) -> str:
     """The one-line reason a plan that does not fit is refused, with the ways out."""
-    phase = "update" if plan.update_peak >= plan.rollout_peak else "rollout"
-    largest = max(plan.rows, key=lambda r: getattr(r, phase))
+    phase, largest = _largest(plan)
     ways = ["raise distributed.world_size", "lower optim.micro_batch_size or rollout.max_response_tokens"]
     if not plan.checkpointing:
         ways.append("set distributed.activation_checkpointing=true")

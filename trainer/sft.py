@@ -4,8 +4,9 @@ Pipeline: expert turns are played through the real env (real sandbox) so observa
 RL will show → a tokenizer is trained on that corpus → the tiny Qwen2 model is built → trained with
 cross-entropy on the assistant tokens only (observation tokens masked, as in RL) → saved in HF format. The loss
 and learning rate of every optimizer step go to `metrics.jsonl` and `tensorboard/` beside the model (as a run's).
-The expert is imperfect on purpose (`p_skip_tool` guesses without the tool, `p_wrong_copy` miscopies the
-result), so the SFT policy has headroom that RL can recover.
+With `model.path` set, the checkpoint there is fine-tuned instead of the tiny model, with its own tokenizer and
+chat template (`trainer/sft_base.py`). The expert is imperfect on purpose (`p_skip_tool` guesses without the
+tool, `p_wrong_copy` miscopies the result), so the SFT policy has headroom that RL can recover.
 
 Token streams are built exactly like rollouts: each turn and each observation tokenized separately and
 concatenated, each observation cut at `rollout.max_obs_tokens`, then the eos token; so the SFT model sees the same
@@ -31,7 +32,7 @@ from agents.experts import ExpertEpisode
 from agents.models import build_tiny_model, save_pretrained, train_tokenizer
 from agents.rollout import Agent
 from envs.splits import derive_seed
-from trainer import sft_resume
+from trainer import sft_base, sft_resume
 from trainer.checkpoint import disk_full_as_error, tensor_bytes
 from trainer.config import ConfigError, TrainConfig
 from trainer.logger import MetricLogger
@@ -107,8 +108,8 @@ def model_context(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> 
 
 
 def check_sft_config(cfg: TrainConfig) -> None:
-    """Refuse, as a `ConfigError` (one line, exit 2), what SFT cannot build: an env without an expert, and a
-    dataset, whose problems the scripted expert cannot solve."""
+    """Refuse, as a `ConfigError` (one line, exit 2), what SFT cannot build: an env without an expert, a
+    dataset, whose problems the scripted expert cannot solve, and a `model.path` with no local checkpoint."""
     if cfg.env.dataset:
         raise ConfigError(f"env.dataset={cfg.env.dataset!r}: `alprl sft` cannot warm-start on a dataset: the scripted "
                           "expert solves generated tasks only (a dataset problem has no solution code). Build the "
@@ -117,6 +118,8 @@ def check_sft_config(cfg: TrainConfig) -> None:
         expert_player(cfg.env.id)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if cfg.model.path:
+        sft_base.base_checkpoint_dir(cfg)
 
 
 def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False) -> Path:
@@ -132,9 +135,10 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
         sft_resume.clear(out)
     torch.manual_seed(cfg.seed)
     t0 = time.monotonic()
+    base_model, base_tokenizer = sft_base.load_base(cfg) if cfg.model.path else (None, None)
     prepared = sft_resume.load_prepared(out, fingerprint)
     if prepared is None:
-        tokenizer, data, info = prepare_data(cfg, show_progress)
+        tokenizer, data, info = prepare_data(cfg, show_progress, base_tokenizer)
         info["expert_data_seconds"] = round(time.monotonic() - t0, 1)
         sft_resume.save_prepared(out, fingerprint, tokenizer, data, info)
     else:
@@ -142,10 +146,15 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
     start = None if prepared is None else sft_resume.saved_step(out, fingerprint)
     if start is not None:
         log.warning("sft: resuming %s from step %d (its resume point); --force starts over", out, start)
-    model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
-                             num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
-                             intermediate_size=cfg.model.intermediate_size,
-                             max_position_embeddings=info["context"], seed=cfg.seed)
+    if cfg.model.path:
+        model = base_model
+        sft_base.check_context(model, data, cfg)
+        info = {**info, "context": model.config.max_position_embeddings, "base_model": cfg.model.path}
+    else:
+        model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
+                                 num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
+                                 intermediate_size=cfg.model.intermediate_size,
+                                 max_position_embeddings=info["context"], seed=cfg.seed)
     t1 = time.monotonic()
     logger = MetricLogger(out, resume_step=start)
     try:
@@ -166,20 +175,25 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
             "train_seconds": round(t2 - t1, 1), "resumed_from_step": start or 0}
     meta_path.write_text(json.dumps(meta, indent=2))
     sft_resume.clear(out)
+    if cfg.model.path:  # `alprl train` with this same model.path would start from the checkpoint, not from here
+        log.warning("sft: fine-tuned %s into %s; start RL from it with model.path=%s", cfg.model.path, out, out)
     return out
 
 
-def prepare_data(cfg: TrainConfig, show_progress: bool = True
+def prepare_data(cfg: TrainConfig, show_progress: bool = True, tokenizer: PreTrainedTokenizerBase | None = None
                  ) -> tuple[PreTrainedTokenizerBase, list[tuple[list[int], list[int]]], dict[str, float]]:
-    """Play the expert episodes, train the tokenizer on them and tokenize them like rollouts; returns the
-    tokenizer, the (ids, loss mask) sequences and what sft_meta.json reports of them (expert success, lengths,
-    the model's context)."""
+    """Play the expert episodes, train the tokenizer on them (unless `tokenizer`, a checkpoint's, is given) and
+    tokenize them like rollouts; returns the tokenizer, the (ids, loss mask) sequences and what sft_meta.json
+    reports of them (expert success, lengths, the tiny model's context)."""
     episodes = collect_expert_data(cfg, show_progress)
-    corpus = [env_entry(cfg.env.id).system_prompt(cfg.env.style)] + [ep.question for ep in episodes]
-    corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
-    tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
+    if tokenizer is None:
+        corpus = [env_entry(cfg.env.id).system_prompt(cfg.env.style)] + [ep.question for ep in episodes]
+        corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
+        tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
+        eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    else:
+        eos = sft_base.turn_end_id(tokenizer, cfg.model.path)
     agent = make_agent(cfg.env, tokenizer)
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     data = [episode_tokens(agent, ep, eos, cfg.rollout.max_obs_tokens) for ep in episodes]
     info = {"expert_success": sum(ep.reward for ep in episodes) / len(episodes), **length_report(data, cfg),
             "context": model_context(data, cfg)}

@@ -11,6 +11,7 @@ from pathlib import Path
 from agents.env_families import env_entry
 from agents.experts import EXPERT_DATA_VERSION
 from trainer.config import ConfigError, TrainConfig
+from trainer.sft_base import base_identity
 
 META_FILE = "sft_meta.json"
 RL_ONLY_ENV_KEYS = ("sandbox_url", "sandbox_retry_s", "sandbox_max_failing_steps", "run_timeout_s", "mask_void_turns",
@@ -25,7 +26,8 @@ def sft_inputs(cfg: TrainConfig) -> dict:
     """Everything that changes what the expert plays, how it errs and how the model sees it (not where code runs
     or how RL masks turns): the SFT cache key, stored in sft_meta.json so a mismatch can name its keys."""
     env = {k: v for k, v in asdict(cfg.env).items() if k not in RL_ONLY_ENV_KEYS}
-    model = {k: v for k, v in asdict(cfg.model).items() if k != "path"}
+    model = ({k: v for k, v in asdict(cfg.model).items() if k != "path"} if not cfg.model.path
+             else {"base": base_identity(cfg)})  # a checkpoint's own sizes and tokenizer replace the tiny model's
     sft = {k: v for k, v in asdict(cfg.sft).items() if k not in ("output_dir", "save_every")}
     return {"sft": sft, "model": model, "env": env, "seed": cfg.seed,
             "max_obs_tokens": cfg.rollout.max_obs_tokens,  # observations are cut in the SFT data too

@@ -52,7 +52,7 @@ def test_cli_dry_run_prints_resolved_config(capsys):
     assert '"lr": 0.01' in out and '"name": "grpo"' in out
 
 
-def test_sft_cache_key_follows_what_the_expert_plays(monkeypatch):
+def test_sft_cache_key_follows_what_the_expert_plays(monkeypatch, tmp_path):
     from agents.household_agent import HouseholdAgent
     from trainer.sft_cache import sft_fingerprint
 
@@ -61,8 +61,16 @@ def test_sft_cache_key_follows_what_the_expert_plays(monkeypatch):
                     ["rollout.max_obs_tokens=17"]):
         assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0", *changed])) != base, changed
     for same in (["env.sandbox_url=http://127.0.0.1:1"], ["rollout.engine=hf"], ["optim.lr=1e-5"],
-                 ["model.path=/elsewhere"], ["sft.output_dir=/elsewhere"]):
+                 ["sft.output_dir=/elsewhere"]):
         assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0", *same])) == base, same
+    # model.path: SFT fine-tunes that checkpoint, so the key follows the checkpoint (its path and files)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    at_path = ["env.id=alprl/Household-v0", f"model.path={tmp_path / 'ckpt'}"]
+    keyed = sft_fingerprint(build_config(None, at_path))
+    assert keyed != base and sft_fingerprint(build_config(None, [*at_path, "model.num_layers=3"])) == keyed
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"other weights")
+    assert sft_fingerprint(build_config(None, at_path)) != keyed
     # a new text format (what the agent shows the model) invalidates warm starts built with the old one
     monkeypatch.setattr(HouseholdAgent, "format_version", HouseholdAgent.format_version + 1)
     assert sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0"])) != base

@@ -103,3 +103,19 @@ def test_an_unknown_shape_is_one_line_before_anything_is_printed(capsys):
     assert main(["train", "--dry-run", "model.path=nobody/Unknown-7B"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and "model.path='nobody/Unknown-7B'" in err
+
+
+def test_without_cuda_a_plan_over_the_host_memory_is_one_warning(qwen_base_dir):
+    """A 151,936-token vocabulary at the demo's micro-batch of 64: ~36 GiB of logits alone on a 24 GiB machine."""
+    from trainer.memory_plan import host_memory_warning
+
+    real = build_config(ROOT / "configs/demo.yaml", [f"model.path={qwen_base_dir}", "optim.micro_batch_size=64"])
+    warning = host_memory_warning(real, host_bytes=24 * GIB)
+    assert warning is not None and warning.count("\n") == 0
+    assert "of host memory" in warning and "largest: logits (micro-batch)" in warning
+    assert "this machine has 24.00 GiB" in warning and "optim.micro_batch_size" in warning
+    assert host_memory_warning(build_config(ROOT / "configs/demo.yaml", []), host_bytes=24 * GIB) is None
+    # the real machine's memory: a micro-batch no host holds is printed by --dry-run on stderr
+    done = _cli("--config", "configs/demo.yaml", f"model.path={qwen_base_dir}", "optim.micro_batch_size=100000")
+    assert done.returncode == 0, done.stderr
+    assert "alprl train: warning: memory plan: this run needs about" in done.stderr
