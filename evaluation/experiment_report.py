@@ -6,6 +6,8 @@ finished yet are listed as missing, so a report can be written at any point (`wr
 HTML adds a success-with-intervals chart and the run report's figures (evaluation/report_figures.py and the
 training curves of evaluation/report.py) with one line per arm, drawn from the cells of the first seed. A last
 table names each cell's source commit (cell.json's, from its run_meta.json), start time, minutes and held-out success.
+Where the plan asks for it (the long suite), spike and collapse counts per arm and per run and figures over the whole
+horizon with every run drawn come before those figures (evaluation/long_horizon_report.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from evaluation.experiment_stats import (  # noqa: E402
     tag_problems,
     training_summary,
 )
+from evaluation.long_horizon_figures import HORIZON_FIGURES  # noqa: E402
+from evaluation.long_horizon_report import TITLE as HORIZON_TITLE  # noqa: E402
+from evaluation.long_horizon_report import horizon_runs, horizon_tables, long_horizon_data  # noqa: E402
 from evaluation.report import PLOTS, plot_lines  # noqa: E402
 from evaluation.report_figures import FIGURES, RunData  # noqa: E402
 
@@ -116,12 +121,13 @@ def report_data(out: str | Path) -> dict[str, Any]:
             comparisons.append({"arm": arm, "baseline": baseline, **c,
                                 "summary": sentence(arm, baseline, c, words)})
     done = {c["cell"] for c in cells}
+    horizon = {"long_horizon": long_horizon_data(horizon_runs(cells))} if plan.get("horizon_report") else {}
     return {"suite": plan["suite"], "doc": plan["doc"], "claim": plan.get("claim", ""), "scale": plan["scale"], "steps": plan["steps"],
             "seeds": plan["seeds"], "config": plan["config"], "start": plan["start"], "overrides": plan["overrides"],
             "settings": plan["settings"], "scale_words": words, "arms": arms, "comparisons": comparisons,
             "cells_finished": len(done), "cells_planned": len(plan["cells"]),
             "cells_missing": [c["name"] for c in plan["cells"] if c["name"] not in done],
-            "wall_s": sum(float(c.get("wall_s", 0)) for c in cells), "cells": cell_rows_data(cells)}
+            "wall_s": sum(float(c.get("wall_s", 0)) for c in cells), "cells": cell_rows_data(cells)} | horizon
 
 
 def _f(value: Any, fmt: str = ".3f") -> str:
@@ -204,6 +210,10 @@ def markdown(data: dict[str, Any]) -> str:
     if perturbation_rows(data):
         parts += ["## The perturbation against the sampler's mismatch", _md_table(PERTURBATION_HEADER,
                                                                                   perturbation_rows(data))]
+    if data.get("long_horizon"):
+        parts += [f"## {HORIZON_TITLE}", "\n".join(f"- {d}" for d in data["long_horizon"]["definitions"])]
+        parts += [x for caption, header, rows in horizon_tables(data["long_horizon"])
+                  for x in (caption, _md_table(header, rows))]
     parts += ["## Settings", _md_table(["setting", "overrides"],
                                        [[k, " ".join(v) or "(the recipe's)"] for k, v in data["settings"].items()])]
     if data["cells"]:
@@ -231,6 +241,23 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 def _img(title: str, image: str) -> str:
     return f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{image}'/>"
+
+
+def horizon_html(out: Path, data: dict[str, Any]) -> list[str]:
+    """The long suite's counts (definitions, per arm, per run) and its figures over the whole horizon, every run
+    drawn (evaluation/long_horizon_figures.py)."""
+    if not data.get("long_horizon"):
+        return []
+    parts = [f"<h2>{html.escape(HORIZON_TITLE)}</h2><ul>"
+             + "".join(f"<li>{html.escape(d)}</li>" for d in data["long_horizon"]["definitions"]) + "</ul>"]
+    for caption, header, rows in horizon_tables(data["long_horizon"]):
+        parts += [f"<p>{html.escape(caption)}</p>", _html_table(header, rows)]
+    runs = horizon_runs(finished_cells(out, json.loads((out / "experiment.json").read_text())))
+    for make in HORIZON_FIGURES:
+        fig = make(runs)
+        parts.append(_img(fig.title, fig.image) if fig.image else
+                     f"<p class='missing'>{html.escape(fig.title)} left out: {html.escape(fig.missing)}.</p>")
+    return parts
 
 
 def figures_html(out: Path, data: dict[str, Any]) -> list[str]:
@@ -274,6 +301,7 @@ def render_html(out: Path, data: dict[str, Any]) -> str:
     if perturbation_rows(data):
         parts += ["<h2>The perturbation against the sampler's mismatch</h2>",
                   _html_table(PERTURBATION_HEADER, perturbation_rows(data))]
+    parts += horizon_html(out, data)
     parts += figures_html(out, data)
     if data["cells"]:
         parts += ["<h2>Cells</h2>", _html_table(CELL_HEADER, cell_rows(data))]

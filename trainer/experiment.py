@@ -10,17 +10,17 @@ A *setting* is a named set of config overrides (a mismatch, a layer range, a σ0
   (trainer/tasks.py, trainer/run_config.py `eval_settings`);
 - the same held-out tasks: test indices 0..eval_tasks-1 of the run's own evaluation after its last step.
 
-Override order, later wins: the recipe (`--config`) ← the preset (`algorithm=`) ← the scale's sizes ← the user's
-key=value overrides ← the setting's overrides ← the cell's seed, steps, start and run directory. A user override of
-a key that a setting varies is refused (the cell names would lie). Running, resuming and the report are in
-trainer/experiment_run.py and evaluation/experiment_report.py.
+Override order, later wins: the recipe (`--config`) ← the preset (`algorithm=`) ← the scale's sizes (with a
+suite's own evaluation interval, `Horizon`) ← the user's key=value overrides ← the setting's overrides ← the cell's
+seed, steps, start and run directory. A user override of a key that a setting varies is refused (the cell names
+would lie). Running, resuming and the report are in trainer/experiment_run.py and evaluation/experiment_report.py.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trainer.config import ConfigError, TrainConfig, parse_overrides
@@ -80,6 +80,22 @@ CELL_SAVE_EVERY = 25
 class Setting:
     name: str
     overrides: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ()
+    """Only these of the suite's methods run under this setting (empty: all of them): one extra arm, not a
+    whole extra row of the grid."""
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """A suite's own length at one scale, where the scale's few steps and single final evaluation would not show
+    what the suite claims (the long suite)."""
+
+    steps: int
+    """RL steps per cell when --steps is not given."""
+    eval_every: int
+    """Held-out evaluation every this many steps, and after the last (a user's `eval_every=` still wins)."""
+    seeds: tuple[int, ...] | None = None
+    """Seeds when --seeds is not given; None: the scale's."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,21 @@ class Suite:
     """Its cells at --scale default and their measured minutes on the 2-core machine (docs/experiments.md)."""
     pair_arms: Callable[[list[str]], list[tuple[str, str]]] | None = None
     """A factorial suite's own (arm, against) pairs, from the planned arms (instead of the baseline rules)."""
+    horizons: dict[str, Horizon] = field(default_factory=dict)
+    """Per scale name: the suite's own steps, evaluation interval and seeds there (`suite_scale`)."""
+    horizon_report: bool = False
+    """Add the per-step counts (spikes, collapse) and the over-the-horizon figures to the report
+    (evaluation/long_horizon.py)."""
+
+
+def suite_scale(suite: Suite, scale: Scale) -> Scale:
+    """`scale` as `suite` runs it: with the suite's own steps, periodic evaluation and seeds at that scale."""
+    horizon = suite.horizons.get(scale.name)
+    if horizon is None:
+        return scale
+    kept = tuple(o for o in scale.overrides if not o.startswith("eval_every="))
+    return replace(scale, overrides=(*kept, f"eval_every={horizon.eval_every}"), steps=horizon.steps,
+                   seeds=horizon.seeds or scale.seeds)
 
 
 def thirds(num_layers: int) -> dict[str, str]:
@@ -208,6 +239,39 @@ def _mismatch_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
     return [Setting(f"quant_{q or 'none'}", (f"rollout.sampler_quant={q}",)) for q in ("", "int8", "int4", "int3")]
 
 
+LONG_METHODS = ("grpo", "seq_bypass", "token_mis", "seq_alp", "token_alp")
+LONG_HORIZONS = {"smoke": Horizon(steps=4, eval_every=2), "default": Horizon(200, 25, seeds=(0, 1)),
+                 "full": Horizon(200, 25, seeds=(0, 1))}
+"""The long suite's length: 200 steps with held-out success every 25 at default scale (ALP Figures 1, 3, 4 span
+hundreds of steps); at smoke scale 4 steps with evaluation every 2, so the periodic path and the counts run."""
+LONG_DIAGNOSTICS = "diagnostics.every=1"
+"""The clean entropy, the update KL and an ALP arm's last-mini-batch r_byp every step instead of every 10th: the
+report counts spikes step by step. Under ALP a diagnostics step costs 1.075× a train step (docs/architecture.md,
+bench/diagnostics_overhead.py), a few percent of a step with its rollout."""
+LONG_PERTURBATION: tuple[str, tuple[str, ...]] | None = None
+"""The sixth arm, once the sensitivity and ablation suites have picked ALP's best perturbation: (method, overrides),
+e.g. `("token_alp", noise_overrides("relative", 0.1))`; it runs under the same lag-2 sampler as setting
+`lag2_tuned`, that method only. None: the five presets alone."""
+
+
+def _long_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
+    settings = [Setting("lag2", (LAG2, LONG_DIAGNOSTICS))]
+    if LONG_PERTURBATION is not None:
+        method, overrides = LONG_PERTURBATION
+        settings.append(Setting("lag2_tuned", (LAG2, LONG_DIAGNOSTICS, *overrides), methods=(method,)))
+    return settings
+
+
+def long_comparisons(arms: list[str]) -> list[tuple[str, str]]:
+    """Every arm against GRPO; each ALP arm (the tuned one too) against Seq-Bypass and Token-MIS, the claim of
+    ALP Figures 1, 3, 4; the tuned arm against its own preset."""
+    pairs = [(arm, "grpo/lag2") for arm in arms if arm != "grpo/lag2"]
+    alp = [arm for arm in arms if arm.split("/")[0] in ("token_alp", "seq_alp")]
+    pairs += [(arm, f"{other}/lag2") for arm in alp for other in ("seq_bypass", "token_mis")]
+    pairs += [(arm, f"{arm.split('/')[0]}/lag2") for arm in arms if arm.endswith("/lag2_tuned")]
+    return pairs
+
+
 SUITES = {s.name: s for s in (
     Suite("alp", "GRPO, Seq-Bypass, Seq/Token-MIS and Token/Seq-ALP under one dialled mismatch (ALP Tables 1/3, "
           "Figures 1-5, 10), with DPPO-TV as 2026's most shipped correction beside them",
@@ -236,6 +300,15 @@ SUITES = {s.name: s for s in (
           cost="36 cells (2 methods × 6 settings × 3 seeds), 9 of them the alp suite's runs with --reuse; "
                "not run yet: expect the sensitivity suite's minutes a cell",
           claim="the perturbation itself, not the clip range, makes ALP better than Bypass under mismatch"),
+    Suite("long", "GRPO, Seq-Bypass, Token-MIS and Seq/Token-ALP for 200 steps under policy lag 2, held-out "
+          "success every 25 steps: ratio envelopes, KL and grad-norm spikes, entropy and collapse over the whole "
+          "horizon (ALP Figures 1, 3, 4)", LONG_METHODS, _long_settings, pair_arms=long_comparisons,
+          horizons=LONG_HORIZONS, horizon_report=True,
+          cost="10 cells (5 methods × lag2 × seeds 0,1), not run yet: expect ~1.5-2 h a cell (200 steps at the "
+               "23-30 s a step the sensitivity suite's cells logged beside other work, plus 8 evaluations), "
+               "~15-20 h one at a time",
+          claim="over a long run Seq-Bypass's loss-ratio envelope blows up while ALP's stays tight, ALP avoids "
+          "the KL spikes MIS shows, and its entropy is higher but controlled"),
     Suite("robustness", "GRPO, SPrPO and Seq-ALP on the household, then the robustness sweep of each final "
           "checkpoint (SPrPO's claim)", ("grpo", "sprpo", "seq_alp"), _plain_setting,
           config="configs/household_tiny.yaml", baseline_method="grpo", robustness=True,
@@ -325,7 +398,8 @@ class Plan:
     def describe(self) -> dict:
         """experiment.json: what the report reads besides the cells' own directories."""
         settings = {c.setting.name: list(c.setting.overrides) for c in self.cells}
-        return {"suite": self.suite.name, "doc": self.suite.doc, "claim": self.suite.claim, "scale": self.scale.name, "config": self.config,
+        return {"suite": self.suite.name, "doc": self.suite.doc, "claim": self.suite.claim, "scale": self.scale.name,
+                "config": self.config, "horizon_report": self.suite.horizon_report,
                 "seeds": self.seeds, "steps": self.steps, "start": self.start, "overrides": self.common,
                 "settings": settings, "arms": list(dict.fromkeys(c.arm for c in self.cells)),
                 "comparisons": [list(p) for p in self.comparisons()],

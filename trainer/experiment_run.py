@@ -41,6 +41,7 @@ from trainer.experiment import (
     check_user_overrides,
     parse_seeds,
     start_layers,
+    suite_scale,
 )
 from trainer.progress import progress_bar
 from trainer.run_meta import read_run_meta
@@ -65,8 +66,10 @@ def add_experiment_parser(sub) -> None:
     p.add_argument("suite", metavar="SUITE", help="one of: " + ", ".join(SUITES))
     p.add_argument("--config", default=None, help="the recipe (default: the suite's, configs/demo.yaml; "
                    "robustness: configs/household_tiny.yaml)")
-    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the scale's, smoke 0, else 0,1,2)")
-    p.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: the scale's)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the scale's, smoke 0, else 0,1,2; "
+                   "long: 0,1)")
+    p.add_argument("--steps", type=int, default=None, help="RL steps per cell (default: the scale's; long: 200, "
+                   "smoke 4)")
     p.add_argument("--scale", default="default", help="smoke | default | full (default: default)")
     p.add_argument("--out", default=None, help="output directory (default runs/experiments/<suite>)")
     p.add_argument("--methods", default=None, help="comma-separated presets instead of the suite's methods "
@@ -90,7 +93,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         raise ConfigError(f"unknown --scale {args.scale!r}; valid: {', '.join(SCALES)}")
     if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps {args.steps}: expected a positive number of RL steps")
-    suite, scale = SUITES[args.suite], SCALES[args.scale]
+    suite = SUITES[args.suite]
+    scale = suite_scale(suite, SCALES[args.scale])  # the long suite's own steps, evaluations and seeds
     config = args.config or suite.config
     seeds = parse_seeds(args.seeds) if args.seeds is not None else list(scale.seeds)
     out = Path(os.path.normpath(args.out or f"runs/experiments/{suite.name}"))  # ./x and x: one cell.json key
@@ -106,7 +110,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         suite = replace(suite, methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()))
     check_user_overrides(suite, settings, args.overrides)
     # seed by seed, so an experiment stopped early has whole comparisons of its first seeds
-    cells = [Cell(m, s, seed) for seed in seeds for s in settings for m in suite.methods]
+    cells = [Cell(m, s, seed) for seed in seeds for s in settings for m in suite.methods
+             if m in (s.methods or suite.methods)]
     save_every = getattr(args, "save_every", CELL_SAVE_EVERY)
     if save_every < 1:
         raise ConfigError(f"--save-every {save_every}: expected a positive number of steps")
