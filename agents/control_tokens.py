@@ -13,6 +13,13 @@ holding `<|im_start|>` would open a fake one. `encode_text` encodes such spellin
 are; `chat_prompt_ids` does the same for message contents while the template's own control tokens keep their ids.
 Plain added tokens (Qwen2.5's `<tool_call>`, Qwen3's `<tool_response>`, `<think>`) are not control tokens: the
 tokenizer maps their spelling to their id in any text, as the model's own chat template does.
+
+**Tool turns.** A template that renders a `tool` message gives a tool result a turn of its own: Qwen2.5 closes the
+assistant turn at `<|im_end|>`, then writes `\\n<|im_start|>user\\n<tool_response>\\n{result}\\n</tool_response>`,
+`<|im_end|>\\n` and the next generation prompt `<|im_start|>assistant\\n`. `tool_turn_template` reads that text (what
+the template writes after the assistant's end-of-turn token) from one rendering with marked contents;
+`tool_turn_ids` encodes it around a result, the result as text. Appended after a turn the policy ended at its
+end-of-turn token, it leaves the transcript holding the ids `apply_chat_template` gives the whole conversation.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from transformers import PreTrainedTokenizerBase
 
 _MARK = "\x00alprl-content\x00"  # a spelling no template and no tokenizer gives a meaning
+_TOOL_MARK = "\x00alprl-tool\x00"
 
 
 def special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
@@ -68,18 +76,70 @@ def _holds_control_text(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str]
     return any(s and s in text for text in texts for s in spellings)
 
 
-def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
-    """`apply_chat_template(messages, add_generation_prompt=True)` as token ids, with any special-token spelling
-    inside a message's content encoded as text. Contents without one (the usual case) take the plain path, so
-    their ids are exactly the template's."""
+def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]],
+                    tools: list[dict] | None = None) -> list[int]:
+    """`apply_chat_template(messages, tools=tools, add_generation_prompt=True)` as token ids, with any special-token
+    spelling inside a message's content encoded as text. Contents without one (the usual case) take the plain path,
+    so their ids are exactly the template's."""
     if not _holds_control_text(tokenizer, (m["content"] for m in messages)):
-        return list(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True,
-                                                  return_dict=False))
+        return list(tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=True,
+                                                  tokenize=True, return_dict=False))
     marks = [f"\x00alprl-{i}\x00" for i in range(len(messages))]
     rendered = tokenizer.apply_chat_template([{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)],
-                                             add_generation_prompt=True, tokenize=False)
+                                             tools=tools, add_generation_prompt=True, tokenize=False)
     ids: list[int] = []
     for message, mark in zip(messages, marks, strict=True):
         template_part, rendered = rendered.split(mark, 1)
         ids += tokenizer.encode(template_part, add_special_tokens=False) + encode_text(tokenizer, message["content"])
     return ids + tokenizer.encode(rendered, add_special_tokens=False)
+
+
+def renders_tools(tokenizer: PreTrainedTokenizerBase, tools: list[dict]) -> bool:
+    """Whether the chat template writes `tools` (function schemas) into the prompt, as Qwen2.5's `# Tools` system
+    section does: the rendering with them holds each function's name and description, the one without does not."""
+    if not getattr(tokenizer, "chat_template", None):
+        return False
+    conversation = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]
+    try:
+        with_tools = tokenizer.apply_chat_template(conversation, tools=tools, tokenize=False)
+        without = tokenizer.apply_chat_template(conversation, tokenize=False)
+    except Exception:  # a template that refuses `tools` does not render them
+        return False
+    texts = [t for tool in tools for t in (tool["function"]["name"], tool["function"].get("description", ""))]
+    return all(t in with_tools and t not in without for t in texts if t)
+
+
+def tool_turn_template(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str] | None:
+    """(before, after): the template's text around a `tool` message's content, from right after the assistant
+    turn's end-of-turn token through the next generation prompt (Qwen2.5: "\\n<|im_start|>user\\n<tool_response>
+    \\n", "\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n"). None without a template, when it refuses a
+    `tool` message or drops its content, or when no end-of-turn token closes the assistant's content."""
+    turn_end = template_end_of_turn_id(tokenizer)
+    if turn_end is None:
+        return None
+    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _MARK},
+                    {"role": "tool", "content": _TOOL_MARK}]
+    try:
+        rendered = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    except Exception:  # e.g. a template that wants a tool_call_id: no tool turn we can read
+        return None
+    if not isinstance(rendered, str) or rendered.count(_MARK) != 1 or rendered.count(_TOOL_MARK) != 1:
+        return None
+    after = rendered.split(_MARK, 1)[1]
+    end = tokenizer.convert_ids_to_tokens(turn_end)
+    if not after.startswith(end) or _TOOL_MARK not in after:
+        return None
+    before, rest = after[len(end):].split(_TOOL_MARK, 1)
+    return before, rest
+
+
+def tool_turn_ids(tokenizer: PreTrainedTokenizerBase, template: tuple[str, str], content: str) -> list[int]:
+    """Token ids of a tool turn (`template` from `tool_turn_template`) holding `content`: the template's text with
+    its control tokens, the content as text. Content without a special-token spelling takes the plain path, the
+    ids `apply_chat_template` gives for the whole conversation (the turn starts after a control token, so its text
+    is encoded on its own there too)."""
+    before, after = template
+    if not _holds_control_text(tokenizer, [content]):
+        return list(tokenizer.encode(before + content + after, add_special_tokens=False))
+    return (tokenizer.encode(before, add_special_tokens=False) + encode_text(tokenizer, content)
+            + tokenizer.encode(after, add_special_tokens=False))

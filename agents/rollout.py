@@ -31,7 +31,9 @@ steps starve while the engine runs), so vLLM-CPU runs turn by turn unless `overl
 Episode ends: env terminated/truncated; a turn that closed the assistant message (finish reason "eos": eos, the
 chat template's end-of-turn token or `RolloutLimits.stop_token_ids`, which every request carries; the whole
 episode is one assistant message, so nothing may follow): the env grades the turn when stepping it runs nothing
-(an answer, a void turn), a tool call in it is never run (`info["unrun_tool_call"]`, reward 0); the response
+(an answer, a void turn), a tool call in it is never run (`info["unrun_tool_call"]`, reward 0), except where the
+agent's format makes tool calls that way (`RunToolCall`: hermes under a chat template that renders tool turns,
+envs/tir/styles.py), whose call runs and whose episode goes on; the response
 budget (`max_response_tokens`, `info["budget_exhausted"]`) is spent; the context is full (the engine's
 `max_model_len`, `info["context_exhausted"]`; the observation that reaches either is cut to fit); or the episode
 ran longer than `episode_timeout_s` (checked between turns). The last three end the episode as truncated,
@@ -56,6 +58,22 @@ from agents.trajectory import ANCHOR_OBS_KEY, Trajectory, state_key
 from envs.splits import derive_seed
 
 
+@dataclass(frozen=True)
+class RunToolCall:
+    """`Agent.ended_turn_action`'s answer for a turn whose end-of-turn token is how the format makes a tool call, as
+    a chat template's tool-call turn ends (hermes under such a template): the env steps `action`, runs the call, and
+    the episode goes on with the observation the agent formats (the template's tool turn)."""
+
+    action: str
+
+
+def capped_observation_ids(agent: Agent, obs: str, cap: int) -> list[int]:
+    """An observation's ids within `max_obs_tokens`: the agent's own cut where it has one (a chat template's tool
+    turn keeps its closing and opening control tokens), else the first `cap` ids."""
+    capped = getattr(agent, "capped_observation_ids", None)
+    return capped(obs, cap) if capped is not None else agent.observation_ids(obs)[:cap]
+
+
 class Agent(Protocol):
     """Env-specific formatting: how observations become token ids and where a turn stops."""
 
@@ -75,8 +93,9 @@ class Agent(Protocol):
         """Token ids that close the assistant message (eos, the chat template's end-of-turn token)."""
         ...
 
-    def ended_turn_action(self, text: str) -> str | None:
-        """The env action for a turn that closed the message, or None when stepping it would run a tool call."""
+    def ended_turn_action(self, text: str) -> str | RunToolCall | None:
+        """The env action for a turn that closed the message (the episode ends), None when stepping it would run a
+        tool call, or a `RunToolCall` when ending the turn is how the agent's format makes the call."""
         ...
 
 
@@ -199,9 +218,12 @@ class _Episode:
     def close_message(self, env: gym.Env, traj: Trajectory, text: str) -> tuple:
         """The turn closed the assistant message (eos or a stop token), which is the whole episode: the env grades
         the turn if stepping it runs nothing (an answer, a void turn); a tool call in it is never run, reward 0.
-        Either way the episode ends here, terminated, whatever the env would have said."""
-        traj.info["message_closed"] = True
+        Either way the episode ends here, terminated, whatever the env would have said. The exception: a
+        `RunToolCall` turn, which the env steps like any other turn."""
         action = self.agent.ended_turn_action(text)
+        if isinstance(action, RunToolCall):  # the turn ended to make its tool call
+            return env.step(action.action)
+        traj.info["message_closed"] = True
         if action is None:
             traj.info["unrun_tool_call"] = True
             return "", 0.0, True, False, {}
@@ -295,7 +317,8 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
         return False
     room = limits.max_response_tokens - len(traj.response_ids)
     context_room = episode.context - len(traj.prompt_ids) - len(traj.response_ids)
-    obs_ids = agent.observation_ids(obs)[: min(limits.max_obs_tokens, room, context_room)]
+    obs_ids = capped_observation_ids(agent, obs, limits.max_obs_tokens)[: min(room, context_room)]  # a cut
+    # to the budget or the context ends the episode, so only the max_obs_tokens cut must keep the framing
     traj.append(obs_ids, None)
     full = ("budget_exhausted" if len(traj.response_ids) >= limits.max_response_tokens else
             "context_exhausted" if len(traj.prompt_ids) + len(traj.response_ids) >= episode.context else None)

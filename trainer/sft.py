@@ -30,7 +30,7 @@ from transformers import PreTrainedTokenizerBase
 from agents.env_families import env_entry, expert_player, make_agent, make_env
 from agents.experts import ExpertEpisode
 from agents.models import build_tiny_model, save_pretrained, train_tokenizer
-from agents.rollout import Agent
+from agents.rollout import Agent, capped_observation_ids
 from envs.splits import derive_seed
 from trainer import sft_base, sft_resume
 from trainer.checkpoint import disk_full_as_error, tensor_bytes
@@ -54,7 +54,9 @@ def episode_tokens(agent: Agent, ep: ExpertEpisode, eos_id: int,
         ids += turn_ids
         mask += [1] * len(turn_ids)
         if i < len(ep.observations):
-            obs_ids = agent.observation_ids(ep.observations[i])[:max_obs_tokens]
+            obs = ep.observations[i]
+            obs_ids = agent.observation_ids(obs) if max_obs_tokens is None else \
+                capped_observation_ids(agent, obs, max_obs_tokens)
             ids += obs_ids
             mask += [0] * len(obs_ids)
     return ids + [eos_id], mask + [1]

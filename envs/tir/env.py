@@ -45,7 +45,9 @@ class TIRMathEnv(gym.Env):
 
     ## Action
     `UnicodeText(65536)`: the text of one assistant turn, which ends at the style's stop
-    string when it calls the tool. Any `str` is accepted (other characters included); nothing raises.
+    string when it calls the tool (hermes under a chat template with tool turns: at the template's end-of-turn
+    token, which the decoded text leaves out; envs/tir/styles.py). Any `str` is accepted (other characters
+    included); nothing raises.
 
     ## Reward
     1.0 on the step that gives a correct `\\boxed{}` answer (math-verify against the gold answer), else 0.0.

@@ -4,7 +4,7 @@
 |---|---|---|---|---|
 | simpletir | first ```` ```python\\n...\\n``` ```` block; text after it is dropped | `\\nCode execution result: {out}\\n` | > 512 chars: 256 + notice + 256 | any stderr: its last line |
 | torl | ```` ```python ... ``` ```` then ```` ```output ````; the LAST python block runs | `\\n{out}\\n```\\n` | >= 256: 128 + `...` + 128 | last stderr line; empty: fixed message |
-| hermes | `<tool_call>{"name": "code_interpreter", "arguments": {"code": ...}}</tool_call>` | `<tool_response>\\n{out}\\n</tool_response>` | > 256: 128 + `...(truncated)...` + 128 | stdout + stderr; not finished: `no stdout here` |
+| hermes | `<tool_call>{"name": "code_interpreter", "arguments": {"code": ...}}</tool_call>`; under a chat template: the turn ends at its end-of-turn token instead | `<tool_response>\\n{out}\\n</tool_response>`; under a chat template: its tool turn (below) | > 256: 128 + `...(truncated)...` + 128 | stdout + stderr; not finished: `no stdout here` |
 
 Sources: ltzheng/SimpleTIR `recipe/simpletir/agent_utils.py`; GAIR-NLP/ToRL (stop ```` ```output ````, 3 tool calls);
 volcengine/verl `recipe/retool/` and its sandbox-fusion tool ("no stdout here"). Departures, all documented:
@@ -15,6 +15,17 @@ volcengine/verl `recipe/retool/` and its sandbox-fusion tool ("no stdout here").
   observation starts with it, so the transcript stays well formed.
 - all styles: actions must include the stop string (`include_stop_str_in_output`); a `\\boxed{` outside code ends
   the episode (that turn's code is not run).
+
+hermes under a chat template that renders a `tool` message (Qwen2.5's, Qwen3's, alprl's tiny ChatML;
+`agents.control_tokens.tool_turn_template`, used by agents/tir_agent.py) follows the template, as Qwen's own tool
+calls and verl's tool agent loop do: no stop string; the turn ends at the template's end-of-turn token, sampled by
+the policy; a turn that ended there holding a tool call runs it, and the result (`tool_message`: the output
+without the `<tool_response>` tags, which the template writes) comes back as the template's own tool turn, masked;
+Qwen2.5's: `\\n<|im_start|>user\\n<tool_response>\\n{out}\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n`.
+When the template renders `tools=` (Qwen2.5's `# Tools` system section) it gets `tool_schema` and the system prompt
+is `template_system_prompt`; otherwise `system_prompt` lists the tool itself. Without such a template (none, or one
+that refuses a `tool` message) the episode stays one assistant message: the turn stops at `</tool_call>` and the
+observation follows in the same message.
 """
 
 from __future__ import annotations
@@ -79,6 +90,11 @@ class Style(ABC):
     max_turns_eval = 10
     max_tool_calls: int | None = None
     """Tool calls per episode (None: only `max_turns` limits); the turn after the last call runs without stop."""
+    tool_schema: dict | None = None
+    """A function-calling style's tool (OpenAI function schema): under a chat template that renders `tool`
+    messages, a call ends the assistant turn and its result is the template's tool turn (module docstring)."""
+    template_system_prompt = ""
+    """The system prompt when the chat template itself lists `tool_schema` (passed as `tools=`)."""
 
     def stop_for(self, num_tool_calls: int) -> tuple[str, ...]:
         """Stop strings for the next turn, given the tool calls made so far."""
@@ -101,6 +117,10 @@ class Style(ABC):
     def stdout_answer(self, result: ExecutionResult) -> tuple[bool, str | None]:
         """(answered, answer) when the tool output itself ends the episode (simpletir's `final_answer`)."""
         return False, None
+
+    def tool_message(self, observation: str) -> str:
+        """The content of the `tool` message that carries `observation` under a chat template."""
+        return observation
 
     @abstractmethod
     def format_tool_call(self, code: str) -> str:
@@ -221,17 +241,23 @@ def _print_last_expression(code: str) -> str:
     return "\n".join(lines)
 
 
+CODE_INTERPRETER = {"type": "function", "function": {
+    "name": "code_interpreter", "description": "Run Python code and return its output.",
+    "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
+_RESPONSE_OPEN, _RESPONSE_CLOSE = "<tool_response>\n", "\n</tool_response>"
+
+
 class HermesStyle(Style):
     name = "hermes"
     stop_strings = ("</tool_call>",)
+    tool_schema = CODE_INTERPRETER
     system_prompt = (
-        "You can call one tool:\n<tools>\n"
-        '{"type": "function", "function": {"name": "code_interpreter", "description": "Run Python code and '
-        'return its output.", "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, '
-        '"required": ["code"]}}}\n</tools>\n'
+        "You can call one tool:\n<tools>\n" + json.dumps(CODE_INTERPRETER) + "\n</tools>\n"
         'Call it as <tool_call>\n{"name": "code_interpreter", "arguments": {"code": "..."}}\n</tool_call> and '
         "the result comes back in <tool_response></tool_response>. Put your final answer within \\boxed{}."
     )
+    template_system_prompt = ("Solve the math problem. You can run Python code with the code_interpreter tool; what "
+                              "it prints comes back as the tool's response. Put your final answer within \\boxed{}.")
     max_turns_train, max_turns_eval = 5, 16
 
     def parse_turn(self, text: str) -> ParsedTurn:
@@ -251,7 +277,14 @@ class HermesStyle(Style):
         else:
             out = "no stdout here"
         out = truncate_middle(out, 256, 128, "...(truncated)...")
-        return f"<tool_response>\n{out}\n</tool_response>"
+        return f"{_RESPONSE_OPEN}{out}{_RESPONSE_CLOSE}"
+
+    def tool_message(self, observation: str) -> str:
+        """The output inside `<tool_response>`: templates that render `tool` messages write the tags themselves."""
+        if observation.startswith(_RESPONSE_OPEN) and observation.endswith(_RESPONSE_CLOSE) and \
+                len(observation) >= len(_RESPONSE_OPEN) + len(_RESPONSE_CLOSE):
+            return observation[len(_RESPONSE_OPEN): -len(_RESPONSE_CLOSE)]
+        return observation
 
     def format_tool_call(self, code: str) -> str:
         call = json.dumps({"name": "code_interpreter", "arguments": {"code": code}})

@@ -2,7 +2,8 @@
 Qwen2.5 vocabulary, with Unicode everywhere and a multi-byte character sampled byte by byte.
 
 Each script is what a policy writes on `TASK` in one style: a tool-call turn (ending exactly at the style's stop
-string), the observation the env returns for it, and the answer turn closed by `<|im_end|>` (not eos: the
+string; hermes, under the ChatML template's tool turns, at `<|im_end|>`), the observation the agent appends for
+the env's result (hermes: the template's tool turn), and the answer turn closed by `<|im_end|>` (not eos: the
 checkpoint is a base one, eos `<|endoftext|>`). The memorizing loop computes logits only where the policy writes:
 on a 151,936-row vocabulary the full (B, L, V) logits of the prompts would cost most of the time.
 """
@@ -42,18 +43,24 @@ class Script:
         return ids, mask
 
 
-OBSERVATIONS = {"simpletir": "\nCode execution result: 分数 34856448\n",
-                "hermes": "<tool_response>\n分数 34856448\n</tool_response>"}
+ENV_OBSERVATIONS = {"simpletir": "\nCode execution result: 分数 34856448\n",
+                    "hermes": "<tool_response>\n分数 34856448\n</tool_response>"}
+"""What the env returns for the tool call."""
+OBSERVATIONS = {**ENV_OBSERVATIONS, "hermes": "\n<|im_start|>user\n<tool_response>\n分数 34856448\n"
+                                              "</tool_response><|im_end|>\n<|im_start|>assistant\n"}
+"""The observation as the transcript holds it (hermes: the template's tool turn, envs/tir/styles.py)."""
 
 
 def script(tok, style: str) -> Script:
     """The episode the tool caller plays on `TASK` in `style`."""
     agent = TIRAgent(tok, style)
     call = get_style(style).format_tool_call(CODE)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
     turn_1 = encode_text(tok, "Je calcule ") + byte_token_ids(tok, SPLIT_WORD) + tok.encode(" d'abord.\n" + call)
-    turn_2 = encode_text(tok, ANSWER) + [tok.convert_tokens_to_ids("<|im_end|>")]
-    return Script(style, agent.prompt_ids(TASK.question, {}), turn_1, agent.observation_ids(OBSERVATIONS[style]),
-                  turn_2)
+    turn_1 += [im_end] if agent.tool_turn is not None else []  # a template's tool call ends the turn
+    turn_2 = encode_text(tok, ANSWER) + [im_end]
+    return Script(style, agent.prompt_ids(TASK.question, {}), turn_1,
+                  agent.observation_ids(ENV_OBSERVATIONS[style]), turn_2)
 
 
 def memorize(model: torch.nn.Module, sequences: list[tuple[list[int], list[int]]], *, steps: int = 120,
