@@ -164,16 +164,11 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
         if own_pool:
             pool.shutdown()
     for traj in trajs:
-        if traj.info.get("sandbox_error") or (limits.mask_void_turns and traj.info["void_turn"]):
-            _mask_out(traj)
+        if traj.info.get("sandbox_error"):
+            traj.mask_out("sandbox_error")
+        elif limits.mask_void_turns and traj.info["void_turn"]:
+            traj.mask_out("void_turn")
     return trajs
-
-
-def _mask_out(traj: Trajectory) -> None:
-    """No token of this episode trains: mask 0 (and so rollout log-prob 0.0) everywhere."""
-    traj.loss_mask = [0] * len(traj.response_ids)
-    traj.rollout_logprobs = [0.0] * len(traj.response_ids)
-    traj.info["loss_masked"] = True
 
 
 def episode_seed(seed: int, index: int, turn: int) -> int:

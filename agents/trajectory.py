@@ -63,6 +63,16 @@ class Trajectory:
         self.turn_spans.append((start, len(self.response_ids)))
         self.turn_states.append(state)
 
+    def mask_out(self, reason: str) -> None:
+        """Leave the whole episode out of the loss: mask 0 and rollout log-prob 0.0 on every token (the invariant
+        above), `info["loss_masked"]` set and `info["masked_by"]` naming why. Its reward stays: it still counts in
+        its group's baseline. The one writer of an episode-wide mask (the rollout's sandbox errors and void turns,
+        DAPO's overlong filter)."""
+        self.loss_mask = [0] * len(self.response_ids)
+        self.rollout_logprobs = [0.0] * len(self.response_ids)
+        self.info["loss_masked"] = True
+        self.info["masked_by"] = reason
+
     @property
     def num_sampled_tokens(self) -> int:
         return sum(self.loss_mask)

@@ -10,8 +10,9 @@
   parallelism each rank fills its own share (prompts_per_step / N groups) from the train prompts ≡ rank (mod N),
   so ranks never refill with the same prompt and every rank ends with the same batch size.
 - Overlong filtering (`algo.overlong_filter`): an episode that ran into the response budget
-  (`info["budget_exhausted"]`, or `rollout.max_response_tokens` response tokens) is left out of the loss (its loss mask is zeroed); its reward still counts in
-  its group's advantage baseline, as in verl.
+  (`info["budget_exhausted"]`, or `rollout.max_response_tokens` response tokens) is left out of the loss
+  (`Trajectory.mask_out`: mask and rollout log-probs zeroed, `info["loss_masked"]`); its reward still counts in its
+  group's advantage baseline, as in verl.
 - Soft overlong punishment (`algo.overlong_buffer` = L_cache > 0): with L the episode's response length and
   L_max = `rollout.max_response_tokens`, the reward gains min(0, (L_max − L_cache − L) / L_cache) ×
   `algo.overlong_penalty`: 0 up to L_max − L_cache, then linear down to −penalty at L_max (DAPO eq. 13).
@@ -96,7 +97,7 @@ def overlong_shaping(cfg: TrainConfig, trajs: list[Trajectory]) -> dict[str, flo
             t.reward += penalty
             penalties.append(penalty)
         if a.overlong_filter and overlong(t, limit):
-            t.loss_mask = [0] * len(t.loss_mask)
+            t.mask_out("overlong")
     metrics = {}
     if a.overlong_buffer > 0:
         metrics["dapo/overlong_penalty"] = statistics.fmean(penalties)

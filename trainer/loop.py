@@ -1,4 +1,5 @@
-"""The RL loop, top to bottom. `train_step` is one iteration, each stage a named call:
+"""The RL loop, top to bottom. `train_step` is one iteration: the rollout, then `learn`; each stage is a named
+call:
 
     rollout → batch → advantages → old log-probs → corrections → (QUATRO duals) → (SPrPO allocation)
     → diagnostics → update → engine sync (the sampler's view: trainer/sampler_mismatch.py), with MIPU's
@@ -7,8 +8,8 @@
 With `rollout.async_rollouts` the rollout stage takes the batch a background producer sampled ahead, and the
 engine sync is the producer's (trainer/async_rollouts.py: the schedule, the staleness bound, resume).
 
-Stages return what they compute; `train_step` alone assigns it to the batch (the rollout alone builds its loss
-mask). Components (model, engine, envs, agent) come from `trainer/components.py`, task selection from
+Stages return what they compute; `learn` alone assigns it to the batch (the rollout, and DAPO's overlong filter
+through the same `Trajectory.mask_out`, alone write its loss mask). Components (model, engine, envs, agent) come from `trainer/components.py`, task selection from
 `trainer/tasks.py`, per-algorithm state (`AlgorithmState`) is saved with every checkpoint.
 """
 

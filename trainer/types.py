@@ -37,7 +37,7 @@ class Batch:
                     advantages (None unless algo.quatro_delta > 0).
     ref_logp:       (B, T) log-probs of the frozen reference policy (no grad; None unless algo.kl_coef > 0).
 
-    `collate` fills the rollout's fields; every later field is assigned by `trainer/loop.py`'s `train_step` only,
+    `collate` fills the rollout's fields; every later field is assigned by `trainer/loop.py`'s `learn` only,
     from what its stages return.
     """
 

@@ -38,7 +38,7 @@ def test_void_episodes_train_on_nothing_when_masked(model_tok):
     for a, b in zip(plain, masked, strict=True):
         assert a.response_ids == b.response_ids and a.reward == b.reward  # the same episode (same seeds)
         assert b.loss_mask == [0] * len(b.response_ids) and b.rollout_logprobs == [0.0] * len(b.response_ids)
-        assert b.info["loss_masked"] and "loss_masked" not in a.info
+        assert b.info["loss_masked"] and b.info["masked_by"] == "void_turn" and "loss_masked" not in a.info
 
 
 def test_episodes_that_end_with_an_answer_keep_their_mask(tool_caller):
@@ -54,6 +54,7 @@ def test_episodes_that_hit_a_dead_sandbox_end_there_and_train_on_nothing(tool_ca
     model, tok = tool_caller
     dead = _play(model, tok, LIMITS, greedy=True, sandbox_url="http://127.0.0.1:1", sandbox_retry_s=0.1)
     for t in dead:  # mask_void_turns is off: the outage alone masks them
-        assert t.info["sandbox_error"] and t.info["loss_masked"] and t.reward == 0.0
+        assert t.info["sandbox_error"] and t.info["loss_masked"] and t.info["masked_by"] == "sandbox_error"
+        assert t.reward == 0.0
         assert t.info["turns"] == 1 and t.info["num_tool_calls"] == 1  # no second turn after the failed call
         assert t.loss_mask == [0] * len(t.response_ids) and sum(t.rollout_logprobs) == 0.0

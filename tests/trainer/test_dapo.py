@@ -52,11 +52,15 @@ def test_when_the_rounds_run_out_flat_groups_fill_the_batch():
 
 def test_soft_overlong_punishment_ramps_over_the_buffer_and_the_filter_masks():
     cfg = _cfg("algo.overlong_buffer=20", "algo.overlong_penalty=0.5")
-    trajs = [Trajectory(prompt_ids=[1], response_ids=[5] * n, loss_mask=[1] * n, reward=1.0) for n in (70, 90, 100)]
+    trajs = [Trajectory(prompt_ids=[1], response_ids=[5] * n, loss_mask=[1] * n, rollout_logprobs=[-0.7] * n,
+                        reward=1.0) for n in (70, 90, 100)]
     trajs[2].info["budget_exhausted"] = True
     metrics = overlong_shaping(cfg, trajs)
     assert [t.reward for t in trajs] == pytest.approx([1.0, 0.75, 0.5])  # 0, −0.5·(10/20), −0.5 at the budget
     assert [sum(t.loss_mask) for t in trajs] == [70, 90, 0]  # the overlong one leaves the loss
+    # the episode-mask invariant: a masked row has zero rollout log-probs and says so, as the rollout's masks do
+    assert trajs[2].rollout_logprobs == [0.0] * 100 and trajs[2].info["loss_masked"]
+    assert trajs[2].info["masked_by"] == "overlong" and "loss_masked" not in trajs[1].info
     assert metrics["dapo/overlong_filtered"] == pytest.approx(1 / 3)
     assert metrics["dapo/overlong_penalty"] == pytest.approx(-0.25)
 

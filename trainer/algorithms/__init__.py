@@ -1,6 +1,6 @@
 """Algorithm steps that are more than a loss: MIPU screening, QUATRO duals, SPrPO σ allocation.
 
-`train_step` (trainer/loop.py) calls each as a named stage, switched by config fields only, never by the preset's
+`learn` (trainer/loop.py) calls each as a named stage, switched by config fields only, never by the preset's
 name:
 
 - `algo.quatro_delta > 0`: per-query duals → `batch.quatro_targets` (quatro.py `quatro_targets`).
