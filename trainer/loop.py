@@ -9,8 +9,9 @@ With `rollout.async_rollouts` the rollout stage takes the batch a background pro
 engine sync is the producer's (trainer/async_rollouts.py: the schedule, the staleness bound, resume).
 
 Stages return what they compute; `learn` alone assigns it to the batch (the rollout, and DAPO's overlong filter
-through the same `Trajectory.mask_out`, alone write its loss mask). Components (model, engine, envs, agent) come from `trainer/components.py`, task selection from
-`trainer/tasks.py`, per-algorithm state (`AlgorithmState`) is saved with every checkpoint.
+through the same `Trajectory.mask_out`, alone write its loss mask). Components (model, engine, envs, agent) come
+from `trainer/components.py`, task selection from `trainer/tasks.py`, per-algorithm state (`AlgorithmState`) is
+saved with every checkpoint.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ optimizes the second bracket, step 2 (this module) screens the first, the gap be
 - **Step 1** is a preset, not code: `ppo_clip` (dual clip on the token update ratio r only) times the
   token-level truncated mismatch weight w̄ = min(exp⟦Δ_mis⟧, 2) (`correction: tis`, `corr_level: token`,
   `corr_upper: 2`), seq-mean-token-mean (configs/algorithms/mipu.yaml).
-- **Step 2** (`learn`'s MIPU branch, trainer/loop.py): `take_snapshot` of (θ_k, optimizer moments, perturbation state) on
-  the CPU → the update stage → sync θ_{k+1} to the engine (μ_{k+1}) → `screen_candidate`: sample fresh
+- **Step 2** (`learn`'s MIPU branch, trainer/loop.py): `take_snapshot` of (θ_k, optimizer moments, perturbation
+  state) on the CPU → the update stage → sync θ_{k+1} to the engine (μ_{k+1}) → `screen_candidate`: sample fresh
   validation groups from it → reward, group advantages Â → one no-grad unperturbed trainer forward for log π_{k+1} →
   ρ_i = exp⟦(1/n_i) Σ_t m (log π_{k+1} − log μ_{k+1})⟧, T̂ = −mean_i(ρ_i Â_i) → accept iff T̂ ≥ −c(k),
   c(k) = c_0 + (c_1 − c_0)·min(k/K, 1). On rejection: restore θ_k, the optimizer state (moments and step
