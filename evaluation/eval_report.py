@@ -22,7 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from evaluation.passk import average_scores, benchmark_scores  # noqa: E402
+from evaluation.scores import average_scores, benchmark_scores  # noqa: E402
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.html"

@@ -4,12 +4,12 @@ An *arm* is a method under a setting; its cells are one run per seed. Every cell
 (`<cell>/eval/step_<k>.jsonl`, one record per task and sample) is tagged with its seed, and a *problem* is a
 (seed, task) pair: cells of the same seed played the same tasks with the same sampling seeds, so
 - an arm's held-out success is the mean over its problems of the per-problem avg@n, with a 95% percentile
-  bootstrap interval over problems (`metrics.bootstrap_ci`). Resampling (seed, task) pairs, not seeds, treats the
+  bootstrap interval over problems (`scores.bootstrap_ci`). Resampling (seed, task) pairs, not seeds, treats the
   seeds' training runs as fixed: with 3 seeds a seed-level bootstrap would say little, so the per-seed means are
   listed beside it for the spread between runs;
-- a comparison is `metrics.paired_difference` over the problems both arms played (arm − baseline), and its verdict
+- a comparison is `scores.paired_difference` over the problems both arms played (arm − baseline), and its verdict
   is "better" / "worse" when that interval excludes 0, else "inside the noise".
-pass@k (`evaluation.passk`) is averaged over problems for k = 1, 2, 4, ... up to the samples per task.
+pass@k (`evaluation.scores`) is averaged over problems for k = 1, 2, 4, ... up to the samples per task.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evaluation.metrics import avg_at_k, bootstrap_ci, group_by_problem, paired_difference
-from evaluation.passk import k_values, pass_at_k
+from evaluation.scores import avg_at_k, bootstrap_ci, group_by_problem, k_values, paired_difference, pass_at_k
 
 Record = Mapping[str, Any]
 TRAINING_KEYS = {  # what each training-side column is, from the cells' metrics.jsonl (mean over seeds)

@@ -21,8 +21,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from evaluation.metrics import paired_difference  # noqa: E402
 from evaluation.report_figures import FIGURES, Figure, RunData, png, run_color, series  # noqa: E402
+from evaluation.scores import paired_difference  # noqa: E402
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ keys, a run without ALP has no σ). Metric keys, as `trainer/` logs them:
 - Figure 8: `perturb/sigma/<layer>` (agents/perturbation.py) and `perturb/dp/p75`, `p99` (else
   `perturb/delta_p_p75`), and per layer group `perturb/dp/layer<i>/p99`;
 - Figure 10: `<run>/diagnostics/scatter_step_<k>.npz` (trainer/scatter.py);
-- Figure 5: the last `<run>/eval/step_<k>.jsonl` with ≥ 2 samples per task, through `evaluation.passk`.
+- Figure 5: the last `<run>/eval/step_<k>.jsonl` with ≥ 2 samples per task, through `evaluation.scores`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from evaluation.passk import k_values, pass_at_k  # noqa: E402
+from evaluation.scores import k_values, pass_at_k  # noqa: E402
 
 BIN_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evaluation.metrics import bootstrap_ci, group_by_problem
+from evaluation.scores import bootstrap_ci, group_by_problem
 
 Record = Mapping[str, Any]
 

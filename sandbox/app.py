@@ -16,9 +16,9 @@ from fastapi.responses import JSONResponse
 
 from sandbox.admission import Overloaded
 from sandbox.auth import Access, AccessMiddleware
-from sandbox.metrics import Metrics, route_label
 from sandbox.routes import router
 from sandbox.service import VERSION, SandboxService
+from sandbox.service_metrics import Metrics, route_label
 from sandbox.settings import Settings
 
 MAX_BODY_BYTES = 48 << 20  # code 1 MiB + files 10 MiB as base64 + stdin 16 MiB, with room for JSON escaping

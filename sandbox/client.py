@@ -1,6 +1,9 @@
 """How environments reach a sandbox: `make_runner(url)` returns a CodeRunner.
 
-- ``url=None`` / ``""``: the in-process `LocalExecutor` (warm zygote pool in this process; no server).
+- ``url=None`` / ``""``: the in-process `sandbox.executor.LocalExecutor` (warm zygote pool in this process; no
+  server). This module does not import the executor: a process that only talks HTTP (an env given a URL, a
+  trainer whose sandbox is a service) never loads the zygote, seccomp and worker modules; `make_runner(None)`
+  loads them when it builds the local runner.
 - ``url="http://host:8080"`` or ``"http://a:8080,http://b:8080"``: `SandboxClient`, the HTTP client (httpx).
 The env only sees the CodeRunner protocol (`run(code, *, timeout_s, memory_limit_mb, stdin)`, `close()`), so
 switching paths never changes env code. `AsyncSandboxClient` is the asyncio twin with the same methods.
@@ -54,11 +57,10 @@ from sandbox._http import (
     parse_urls,
     run_code_body,
 )
-from sandbox.executor import LocalExecutor
 from sandbox.types import CodeRunner, ExecutionResult
 
-__all__ = ["AsyncSandboxClient", "CodeRunner", "ExecutionResult", "HttpSession", "LocalExecutor",
-           "SandboxAuthError", "SandboxClient", "make_runner"]
+__all__ = ["AsyncSandboxClient", "CodeRunner", "ExecutionResult", "HttpSession", "SandboxAuthError",
+           "SandboxClient", "make_runner"]
 HTTP_OVERHEAD_S = 10.0  # HTTP timeout = run timeout + this (queueing, transfer), as verl does
 
 
@@ -68,6 +70,9 @@ def make_runner(url: str | None = None, *, retry_s: float | None = None) -> Code
     retry_s: the client's retry budget per call (`RetryPolicy.budget_s`; None: its 5 tries); the local path ignores it.
     """
     if not url:
+        # Imported here, not at the top: HTTP-only processes must not load the executor (see the docstring).
+        from sandbox.executor import LocalExecutor
+
         return LocalExecutor()
     return SandboxClient(url, retry=None if retry_s is None else RetryPolicy(budget_s=retry_s))
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sandbox.admission import Gate
 from sandbox.executor import Pool, RunRequest
-from sandbox.metrics import Metrics
+from sandbox.service_metrics import Metrics
 from sandbox.sessions import SessionManager
 from sandbox.settings import Settings
 from sandbox.types import ExecutionResult

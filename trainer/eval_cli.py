@@ -3,7 +3,7 @@
     alprl eval --model DIR --bench math500=F1,aime24=F2 --mode single|tir --k 32 --temperature 1.0
 
 The plan (benchmarks, settings, output directory) is `trainer/eval_plan.py`'s, checked before the model loads; the
-runner, record store and report live in `evaluation/` (eval_run, eval_store, eval_report, passk). Here: the
+runner, record store and report live in `evaluation/` (eval_run, eval_store, eval_report, scores). Here: the
 parser, the engine (vLLM by default, transformers as fallback; the engine starts once for all benchmarks), the
 progress bar and the exit statuses.
 """

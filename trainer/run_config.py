@@ -85,9 +85,10 @@ def run_eval_on_tasks(checkpoint: str | Path, num_tasks: int) -> dict[str, objec
 
 def run_code_where_the_sandbox_answers(cfg: TrainConfig) -> str | None:
     """A run's sandbox service may be gone when its checkpoint is evaluated (`alprl demo` starts one for the run
-    alone): if `env.sandbox_url` does not answer a ping, code runs in-process instead (`sandbox.LocalExecutor`, the
-    same executor core the service runs), so a gone service does not turn every tool call into an error and the
-    success into 0. Changes `cfg.env.sandbox_url` in place; returns the warning to show, or None."""
+    alone): if `env.sandbox_url` does not answer a ping, code runs in-process instead
+    (`sandbox.executor.LocalExecutor`, the same executor core the service runs), so a gone service does not turn
+    every tool call into an error and the success into 0. Changes `cfg.env.sandbox_url` in place; returns the
+    warning to show, or None."""
     url = cfg.env.sandbox_url
     if not url:
         return None

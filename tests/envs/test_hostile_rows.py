@@ -22,7 +22,7 @@ from envs.tir import grading
 from envs.tir.grading import grade
 from envs.tir.problems import load_split
 from envs.tir.single_turn import MathEnv
-from evaluation.passk import benchmark_scores, vote_key
+from evaluation.scores import benchmark_scores, vote_key
 
 
 def one_line_error(path: Path) -> str:

@@ -25,7 +25,7 @@ import pytest
 
 from agents.env_families import make_agent, make_env
 from agents.models import load_model_and_tokenizer, save_pretrained
-from evaluation.passk import benchmark_scores
+from evaluation.scores import benchmark_scores
 from trainer.cli import main
 from trainer.config import build_config
 from trainer.run_config import write_run_config

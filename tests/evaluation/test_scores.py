@@ -1,5 +1,6 @@
-"""evaluation.passk: pass@k against hand-computed values and against brute force over all k-subsets; avg@k,
-maj@k (ties, empty and equivalent answers) and the Average column on hand-made records."""
+"""evaluation.scores: pass@k against hand-computed values and brute force over all k-subsets, its stability where
+binomials overflow; avg@k; maj@k (ties, empty and equivalent answers); grouping; bootstrap intervals; paired
+differences; the per-benchmark scores and the Average column on hand-made records."""
 
 from __future__ import annotations
 
@@ -8,7 +9,18 @@ import statistics
 
 import pytest
 
-from evaluation.passk import average_scores, benchmark_scores, k_values, majority_vote, pass_at_k, vote_key
+from evaluation.scores import (
+    average_scores,
+    avg_at_k,
+    benchmark_scores,
+    bootstrap_ci,
+    group_by_problem,
+    k_values,
+    majority_vote,
+    paired_difference,
+    pass_at_k,
+    vote_key,
+)
 
 
 @pytest.mark.parametrize("n,c,k,expected", [
@@ -24,7 +36,7 @@ def test_pass_at_k_hand_computed(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
 
-@pytest.mark.parametrize("n", [1, 3, 6])
+@pytest.mark.parametrize("n", range(1, 9))
 def test_pass_at_k_is_the_share_of_k_subsets_with_a_correct_sample(n):
     for c in range(n + 1):
         samples = [True] * c + [False] * (n - c)
@@ -33,14 +45,24 @@ def test_pass_at_k_is_the_share_of_k_subsets_with_a_correct_sample(n):
             assert pass_at_k(n, c, k) == pytest.approx(statistics.fmean(any(s) for s in subsets), abs=1e-12)
 
 
+def test_pass_at_k_is_stable_where_binomials_overflow_floats():
+    # C(2000, 1000) overflows a float; the product form never builds it.
+    # n=200, c=1, k=100: 1 - C(199,100)/C(200,100) = 1 - 100/200 = 0.5.
+    assert pass_at_k(200, 1, 100) == pytest.approx(0.5, abs=1e-12)
+    # n=2000, c=2, k=1000: 1 - (1000·999)/(2000·1999) = 1 - 999/3998.
+    assert pass_at_k(2000, 2, 1000) == pytest.approx(1 - 999 / 3998, abs=1e-12)
+    assert pass_at_k(2000, 0, 1000) == 0.0 and pass_at_k(2000, 1001, 1000) == 1.0
+
+
 def test_pass_at_1_is_the_mean_success():
     assert pass_at_k(7, 3, 1) == pytest.approx(3 / 7)
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
 
 
-def test_pass_at_k_rejects_impossible_counts():
-    for n, c, k in ((4, 5, 1), (4, 1, 5), (4, 1, 0), (4, -1, 1)):
-        with pytest.raises(ValueError, match="pass_at_k needs"):
-            pass_at_k(n, c, k)
+@pytest.mark.parametrize("n,c,k", [(4, 5, 1), (4, -1, 1), (4, 1, 0), (4, 1, 5)])
+def test_pass_at_k_rejects_impossible_counts(n, c, k):
+    with pytest.raises(ValueError, match="pass_at_k needs"):
+        pass_at_k(n, c, k)
 
 
 def test_k_values_are_powers_of_two_and_n():
@@ -50,18 +72,63 @@ def test_k_values_are_powers_of_two_and_n():
     assert k_values(32) == [1, 2, 4, 8, 16, 32]
 
 
+def test_avg_at_k_counts_bools_and_partial_scores():
+    assert avg_at_k([True, False, False, True]) == 0.5
+    assert avg_at_k([0.25, 0.75]) == 0.5
+    with pytest.raises(ValueError):
+        avg_at_k([])
+
+
 def test_majority_vote_counts_normalized_answers_and_breaks_ties_by_first_sample():
     # "033", " 33" and "$33$" are one answer; the first of them (sample 1) was graded correct
     assert majority_vote(["5", "033", " 33", "$33$"], [False, True, True, True]) == ("33", True)
     # 2 votes each: the answer sampled first wins, whatever its correctness
     assert majority_vote(["3", "33", "33", "3"], [False, True, True, False]) == ("3", False)
     assert majority_vote(["33", "3", "3", "33"], [True, False, False, True]) == ("33", True)
-    # empty answers (no box) do not vote, even when they are the most common "answer"
+    # empty answers (no box, or None) do not vote, even when they are the most common "answer"
     assert majority_vote(["", "", "7", ""], [False, False, False, False]) == ("7", False)
-    assert majority_vote(["", ""], [False, False]) == ("", False)
+    assert majority_vote([None, "", "8"], [True, True, False]) == ("8", False)
+    assert majority_vote(["", ""], [True, True]) == ("", False)  # nobody answered: the vote is wrong
     # written differently, the same value is two votes (no pairwise grading): "1/2" and "\frac{1}{2}" split
     assert majority_vote(["1/2", "\\frac{1}{2}", "0.7"], [True, True, False]) == ("1/2", True)
     assert vote_key("\\boxed{ 4 2 }") == "42"
+    with pytest.raises(ValueError, match="verdicts"):
+        majority_vote(["1"], [True, False])
+
+
+def test_group_by_problem_keeps_first_appearance_and_orders_samples_on_request():
+    records = [{"index": 1, "sample": 1}, {"index": 0, "sample": 0}, {"index": 1, "sample": 0}]
+    groups = group_by_problem(records)
+    assert list(groups) == [1, 0] and [r["sample"] for r in groups[1]] == [1, 0]  # record order
+    assert [r["sample"] for r in group_by_problem(records, sample_key="sample")[1]] == [0, 1]
+    assert list(group_by_problem([{"problem": "3:7"}], "problem")) == ["3:7"]
+    with pytest.raises(KeyError, match="problem_key"):
+        group_by_problem([{"won": True}])
+
+
+def test_bootstrap_interval_brackets_the_mean_and_is_seeded():
+    values = [0.0, 1.0] * 20
+    lo, hi = bootstrap_ci(values, n_boot=500, seed=3)
+    assert lo < 0.5 < hi and hi - lo < 0.5
+    assert bootstrap_ci(values, n_boot=500, seed=3) == (lo, hi)
+    assert bootstrap_ci([0.7] * 5) == (0.7, 0.7)
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap_ci([])
+
+
+def test_paired_difference_over_shared_problems():
+    # 40 problems, 2 samples each; `after` solves 4 more problems fully; problem 99 exists only in `after`
+    before = [{"index": p, "won": p < 10} for p in range(40) for _ in range(2)]
+    after = [{"index": p, "won": p < 14} for p in range(40) for _ in range(2)] + [{"index": 99, "won": True}]
+    d = paired_difference(before, after)
+    assert d["problems"] == 40 and d["before"] == 0.25 and d["after"] == 0.35
+    assert d["diff"] == pytest.approx(0.1) and 0 < d["diff_ci_lo"] <= d["diff"] <= d["diff_ci_hi"]
+    # the same success rate on other problems: no mean change, and the interval says so
+    shuffled = [{"index": p, "won": 30 <= p} for p in range(40) for _ in range(2)]
+    d = paired_difference(before, shuffled)
+    assert d["diff"] == 0 and d["diff_ci_lo"] < 0 < d["diff_ci_hi"]
+    with pytest.raises(ValueError, match="share no problem"):
+        paired_difference(before, [{"index": 99, "won": True}])
 
 
 def _records(problem_samples):
@@ -84,6 +151,12 @@ def test_benchmark_scores_by_hand():
     assert s["pass"] == pytest.approx({"1": 0.375, "2": (0.5 + 5 / 6) / 2, "4": 1.0})
     assert s["response_tokens"] == pytest.approx(25.0)  # (10 + 20 + 30 + 40) / 4 for each problem
     assert s["answered"] == pytest.approx(7 / 8) and s["truncated"] == pytest.approx(1 / 8)
+
+
+def test_majority_ties_follow_sample_order_not_record_order():
+    # "1" (sample 0, correct) and "2" (sample 1, wrong) tie; records arrive with sample 1 first
+    records = _records([[("1", True), ("2", False)]])
+    assert benchmark_scores(list(reversed(records)))["maj"] == 1.0
 
 
 def test_benchmark_scores_need_equal_sample_counts():
