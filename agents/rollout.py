@@ -101,9 +101,10 @@ class Agent(Protocol):
 
 @dataclass
 class RolloutLimits:
-    max_new_tokens: int = 64
-    max_response_tokens: int = 256
-    max_obs_tokens: int = 64
+    # no defaults for the three budgets: the run config's `rollout.*` is their one source (trainer/tasks.py)
+    max_new_tokens: int
+    max_response_tokens: int
+    max_obs_tokens: int
     episode_timeout_s: float | None = None
     """Wall-clock limit of one episode (None: none); checked between turns, past it the episode is truncated."""
     mask_void_turns: bool = False

@@ -39,6 +39,7 @@ from agents.tir_agent import TIRAgent
 from trainer.components import make_envs
 from trainer.config import build_config
 from trainer.sft import run_sft
+from trainer.tasks import rollout_limits
 
 TOOL_POLICY = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=1",
                "model.intermediate_size=128", "model.vocab_size=384", "env.task_types=multiply,add",
@@ -131,7 +132,7 @@ def main() -> None:
     model_dir = args.model or str(run_sft(cfg, show_progress=False))
     model, tok = load_model_and_tokenizer(model_dir)
     agent = TIRAgent(tok, style=cfg.env.style)
-    limits = RolloutLimits(max_new_tokens=64, max_response_tokens=256, max_obs_tokens=64)
+    limits = rollout_limits(cfg)  # the run config's rollout budgets, as training plays them
     env = make_env(cfg.env)
     prompts = [agent.prompt_ids(*env.reset(seed=i, options={"split": "train", "index": 2000 + i}))
                for i in range(args.episodes)]

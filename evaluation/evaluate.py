@@ -37,12 +37,12 @@ class EvalSettings:
 
     env: Any
     limits: RolloutLimits
-    samples_per_task: int = 1
-    greedy: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    num_envs: int = 16
+    samples_per_task: int  # no defaults: a run config is the one source (trainer/run_config.py eval_settings)
+    greedy: bool
+    temperature: float
+    top_p: float
+    seed: int
+    num_envs: int
 
     def make_envs(self, num_episodes: int) -> list[gym.Env]:
         """The envs one evaluation of `num_episodes` episodes plays on (never more than `num_envs`)."""

@@ -1,8 +1,8 @@
 """`alprl` command line: train, sft, demo, report, eval, robustness, experiment, sandbox.
 
 Configs are YAML files overriding the dataclass defaults of trainer/config.py, plus `key=value`
-overrides (dotted keys, YAML values) and `algorithm=<preset>`. A bad key or value exits with status 2
-and one line naming the key and the valid choices.
+overrides (dotted keys, YAML values) and `algorithm=<preset>`, in the order `CONFIG_ORDER` states. A bad key or value
+exits with status 2 and one line naming the key and the valid choices.
 """
 
 from __future__ import annotations
@@ -16,15 +16,28 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from trainer.config import ConfigError, TrainConfig, algorithm_presets, build_config, field_docs, to_dict
+from trainer.config import (
+    ConfigError,
+    TrainConfig,
+    algorithm_presets,
+    build_config,
+    field_docs,
+    preset_notes,
+    to_dict,
+)
 from trainer.eval_cli import add_eval_parser, run_eval_command
 from trainer.experiment_run import add_experiment_parser, run_experiment_command
 
 if TYPE_CHECKING:
     from trainer.memory_plan import MemoryPlan
 
-EPILOG = """overrides: dotted key=value pairs after the options, e.g.
+CONFIG_ORDER = """order, later wins: defaults <- preset <- recipe (--config) <- key=value. The preset is the recipe's
+`algorithm: <name>`, or algorithm=<name> on the command line in its place, so the recipe's own keys still win over
+it (a note names them and the key=value pairs that restore the preset's values). alprl experiment puts each cell's
+method preset above the recipe instead."""
+EPILOG = f"""overrides: dotted key=value pairs after the options, e.g.
   alprl train --config configs/demo.yaml optim.lr=1e-4 rollout.group_size=8 algorithm=grpo
+{CONFIG_ORDER}
 Show every key with its default and meaning: alprl train --help-config
 
 exit status: 0 done; 2 a bad config key or value, a missing file or server, a full disk while saving a
@@ -204,7 +217,7 @@ def config_help() -> str:
                 lines.append(f"{prefix}{name} = {value!r}\n    {docs.get(name, '')}")
 
     walk(TrainConfig(), "")
-    return "\n".join(lines)
+    return "\n".join([f"# {line}" for line in CONFIG_ORDER.splitlines()] + lines)
 
 
 PLAN_SEPARATOR = "# --- memory plan ---"
@@ -251,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = build_config(args.config, args.overrides)
+        for note in preset_notes(args.config, args.overrides):  # where the recipe's keys win over `algorithm=`
+            print(f"alprl {args.command}: note: {note}", file=sys.stderr)
         from trainer.validation import validate_model_shape  # here, as it loads torch and gymnasium
 
         shape_warnings = validate_model_shape(cfg)  # the run's engine start logs the same warnings

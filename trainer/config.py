@@ -2,7 +2,9 @@
 
 A default is stated once, here. YAML files in `configs/` only override (nested mappings), and the CLI
 takes dotted `key=value` overrides (`optim.lr=1e-4 rollout.group_size=8`), values parsed as YAML.
-`algorithm=<name>` first applies the preset `configs/algorithms/<name>.yaml` (presets are data).
+Presets (`configs/algorithms/<name>.yaml`, data) sit between the two: defaults ← preset ← recipe ← command line,
+the preset being the recipe's `algorithm: <name>` or, in its place, `algorithm=<name>` on the command line
+(`build_config`).
 Unknown or ill-typed keys raise `ConfigError` naming the key and the valid choices; so do values the run
 would trip over later (an unknown loss, a bad range, fields that contradict each other): `build_config` ends
 with `trainer/validation.py`'s `validate_config`. The CLI turns a `ConfigError` into one line on stderr and
@@ -411,28 +413,84 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return _nest(flat)
 
 
-def build_config(config_path: str | Path | dict[str, Any] | None = None, overrides: list[str] = ()) -> TrainConfig:
-    """Defaults ← YAML file (or its mapping, already read) ← algorithm preset (if `algorithm=` given) ← key=value
-    overrides."""
-    cfg = TrainConfig()
+def load_preset(name: Any, where: str = "") -> dict[str, Any]:
+    """Preset `name` (configs/algorithms/<name>.yaml) as a config layer: its keys under `algo`, with `algo.name`, and
+    its `perturb` section beside them (ALP, SPrPO). `where` (the recipe that names it) prefixes the error."""
+    if not isinstance(name, str) or name not in algorithm_presets():
+        raise ConfigError(f"{where}unknown algorithm '{name}'; valid: {', '.join(algorithm_presets())}")
+    preset = load_yaml(CONFIG_DIR / "algorithms" / f"{name}.yaml")
+    perturb = preset.pop("perturb", {})
+    return {"algo": {"name": name, **preset}, "perturb": perturb}
+
+
+def config_layers(config_path: str | Path | dict[str, Any] | None,
+                  overrides: list[str] = ()) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], bool]:
+    """(preset, recipe, command line) as nested mappings, and whether the preset was named on the command line.
+
+    The preset is `algorithm=` on the command line, else the recipe's own `algorithm:` key, else none."""
     if isinstance(config_path, dict):
-        _apply(cfg, copy.deepcopy(config_path))
-    elif config_path:
-        _apply(cfg, load_yaml(config_path))
+        recipe, where = copy.deepcopy(config_path), ""
+    else:
+        recipe, where = (load_yaml(config_path) if config_path else {}), f"{config_path}: algorithm: "
     cli = parse_overrides(list(overrides))
-    algorithm = cli.pop("algorithm", None)
-    if algorithm is not None:
-        if algorithm not in algorithm_presets():
-            raise ConfigError(f"unknown algorithm '{algorithm}'; valid: {', '.join(algorithm_presets())}")
-        preset = load_yaml(CONFIG_DIR / "algorithms" / f"{algorithm}.yaml")
-        perturb = preset.pop("perturb", {})  # a preset may also fill the perturbation section (ALP)
-        _apply(cfg, {"algo": {"name": algorithm, **preset}, "perturb": perturb})
+    own, named = recipe.pop("algorithm", None), cli.pop("algorithm", None)
+    own_preset = load_preset(own, where) if own is not None else {}  # checked even where the command line's replaces it
+    if named is not None:
+        return load_preset(named), recipe, cli, True
+    return own_preset, recipe, cli, False
+
+
+def build_config(config_path: str | Path | dict[str, Any] | None = None, overrides: list[str] = (), *,
+                 preset_over_recipe: bool = False) -> TrainConfig:
+    """Defaults ← preset ← recipe (the YAML file, or its mapping already read) ← key=value overrides.
+
+    A recipe names its preset (`algorithm: grpo`) and its own keys win over the preset's. `algorithm=` on the command
+    line takes the recipe's preset's place, below the recipe's keys (`preset_notes` says where the recipe keeps a
+    value of its own over it); the command line's keys win over both. `preset_over_recipe` puts the preset above
+    the recipe instead, defaults ← recipe ← preset ← overrides: `alprl experiment`'s cells, where a method runs as
+    its preset defines it whatever the recipe sets.
+    """
+    preset, recipe, cli, _ = config_layers(config_path, overrides)
+    cfg = TrainConfig()
+    for layer in ([recipe, preset] if preset_over_recipe else [preset, recipe]):
+        _apply(cfg, layer)
     _apply(cfg, cli)
     # imported here: validation loads the registries (torch, gymnasium), which importing the config alone
     # (`alprl --help`, `alprl sandbox`) does not need
     from trainer.validation import validate_config
 
     validate_config(cfg)
+    return cfg
+
+
+def _flat(nested: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys of a nested layer (a section left empty has none)."""
+    return [key for k, v in nested.items()
+            for key in (_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])]
+
+
+def preset_notes(config_path: str | Path | None, overrides: list[str] = ()) -> list[str]:
+    """One line when the recipe keeps values of its own over a preset named on the command line ([] otherwise), with
+    the keys that would run the preset's values instead."""
+    preset, recipe, cli, named = config_layers(config_path, overrides)
+    if not named:
+        return []
+    by_preset, by_recipe = TrainConfig(), TrainConfig()
+    _apply(by_preset, preset)
+    _apply(by_recipe, recipe)
+    shared = [k for k in _flat(preset) if k in _flat(recipe) and k not in _flat(cli) and k != "algo.name"]
+    differ = [(k, _get(by_recipe, k), _get(by_preset, k)) for k in shared if _get(by_recipe, k) != _get(by_preset, k)]
+    if not differ:
+        return []
+    name = preset["algo"]["name"]
+    return [f"{config_path} keeps {', '.join(f'{k}={mine}' for k, mine, _ in differ)} over preset {name}'s "
+            f"{', '.join(str(theirs) for _, _, theirs in differ)} (a recipe's keys win over its preset's); to run the "
+            f"preset's, add {' '.join(f'{k}={theirs}' for k, _, theirs in differ)}"]
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
     return cfg
 
 

@@ -166,14 +166,14 @@ BatchSum = Callable[[Tensor], Tensor]  # Σ over data-parallel ranks
 
 
 @torch.no_grad()
-def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, correction: str = "none",
-                       corr_level: str = "token", corr_upper: float = 5.0, corr_lower: float | None = None,
-                       mis_semantics: str = "paper", corr_k1_quirk: bool = False, corr_veto: bool = False,
-                       corr_veto_threshold: float = 1e-4, corr_batch_norm: bool = False, rollout_rs: str = "",
-                       rollout_rs_threshold: str = "", batch_sum: BatchSum | None = None) -> Correction:
+def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, correction: str, corr_level: str,
+                       corr_upper: float, corr_lower: float | None, mis_semantics: str, corr_k1_quirk: bool,
+                       corr_veto: bool, corr_veto_threshold: float, corr_batch_norm: bool, rollout_rs: str,
+                       rollout_rs_threshold: str, batch_sum: BatchSum | None = None) -> Correction:
     """Weights w and rejection mask m′ for one rollout batch; inputs (B, T), see the module docstring.
 
-    corr_lower None means the semantics' default: 0 for `paper` (the ALP TIR scripts), 1/C for `verl`.
+    The settings are `AlgoConfig` fields by name, with no defaults here (`trainer/objective.py` `correction_kwargs`).
+    corr_lower None means the semantics' own bound: 0 for `paper` (the ALP TIR scripts), 1/C for `verl`.
     batch_sum: sums a tensor over the data-parallel ranks (in place), so `corr_batch_norm` divides by the mean over
     the global batch; None: this batch is the whole batch.
     """

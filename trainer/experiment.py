@@ -10,10 +10,13 @@ A *setting* is a named set of config overrides (a mismatch, a layer range, a σ0
   (trainer/tasks.py, trainer/run_config.py `eval_settings`);
 - the same held-out tasks: test indices 0..eval_tasks-1 of the run's own evaluation after its last step.
 
-Override order, later wins: the recipe (`--config`) ← the preset (`algorithm=`) ← the scale's sizes (with a
-suite's own evaluation interval, `Horizon`) ← the user's key=value overrides ← the setting's overrides ← the cell's
-seed, steps, start and run directory. A user override of a key that a setting varies is refused (the cell names
-would lie). Running, resuming and the report are in trainer/experiment_run.py and evaluation/experiment_report.py.
+Override order, later wins: the recipe (`--config`; its own `algorithm:` preset is replaced by the cell's) ← the
+cell's method preset (`algorithm=`) ← the scale's sizes (with a suite's own evaluation interval, `Horizon`) ← the
+user's key=value overrides ← the setting's overrides ← the cell's seed, steps, start and run directory. The method
+sits above the recipe, unlike `alprl train`'s defaults ← preset ← recipe (trainer/config.py `build_config`): a
+suite compares methods as their presets define them, so a recipe's algo keys (the household recipe's loss_agg)
+must not reach its cells (trainer/experiment_run.py `cell_config`). A user override of a key that a setting varies
+is refused (the cell names would lie). Running, resuming and the report are in trainer/experiment_run.py and evaluation/experiment_report.py.
 """
 
 from __future__ import annotations

@@ -43,11 +43,10 @@ from trainer.experiment import (
     start_layers,
     suite_scale,
 )
+from trainer.experiment_results import CELL_FILE, START_FILE, check_warm_start, restore_cells, sync_results
 from trainer.progress import progress_bar
 from trainer.run_meta import read_run_meta
 
-CELL_FILE = "cell.json"
-START_FILE = "cell_start.json"  # the overrides a cell started with: a half-done cell resumes only under the same
 PLAN_FILE = "experiment.json"
 
 
@@ -79,6 +78,9 @@ def add_experiment_parser(sub) -> None:
                    "2 on a 2-core machine with torch_threads=1 finishes sooner)")
     p.add_argument("--reuse", default=None, metavar="DIR", help="copy finished cells with the same resolved config "
                    "from another experiment's directory (e.g. runs/experiments/alp) instead of training them")
+    p.add_argument("--results", default=None, metavar="DIR", help="also keep each finished cell's small files (no "
+                   "checkpoints) and the report in DIR, a folder to commit; a later run with the same --results "
+                   "counts the cells found there as finished, so a new machine trains only the rest")
     p.add_argument("--save-every", type=int, default=CELL_SAVE_EVERY, help="checkpoint a cell every N steps, so a "
                    f"stopped cell resumes from there (default {CELL_SAVE_EVERY}; a cell's last step always saves)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs / CI)")
@@ -118,8 +120,15 @@ def build_plan(args: argparse.Namespace) -> Plan:
     plan = Plan(suite, scale, config, seeds, steps, out, start=base.model.path or base.sft.output_dir,
                 common=common, cells=cells, save_every=save_every)
     for cell in plan.cells:  # a bad combination (e.g. MIPU under a policy lag) fails before any training
-        build_config(config, plan.cell_overrides(cell))
+        cell_config(config, plan.cell_overrides(cell))
     return plan
+
+
+def cell_config(config: str, overrides: list[str]) -> TrainConfig:
+    """A cell's config: its method's preset (`algorithm=` in its overrides) above the recipe, unlike `alprl train`,
+    so that a method runs as its preset defines it on any recipe (the household recipe's own loss_agg does not
+    reach GRPO's cells) and a suite compares the methods, not the recipe's edits of them."""
+    return build_config(config, overrides, preset_over_recipe=True)
 
 
 def pick_settings(settings: list, names: str | None) -> list:
@@ -215,7 +224,7 @@ def run_cell(plan: Plan, cell: Cell) -> dict:
         shutil.rmtree(run_dir)  # a half-done cell without a checkpoint of this plan: start it over
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / START_FILE).write_text(json.dumps({"overrides": overrides}, indent=2))
-    cfg = build_config(plan.config, overrides)
+    cfg = cell_config(plan.config, overrides)
     start = time.monotonic()
     train(cfg, resume=checkpoint is not None, show_progress=False)
     final = final_eval_file(run_dir)
@@ -239,7 +248,7 @@ def run_cell(plan: Plan, cell: Cell) -> dict:
 def resolved(config: str, overrides: list[str]) -> dict:
     """A cell's whole config as a dict, without what names it rather than what it runs (output dir, preset name,
     thread count, and the SFT directory where `model.path` is the start)."""
-    cfg = asdict(build_config(config, overrides))
+    cfg = asdict(cell_config(config, overrides))
     cfg.pop("output_dir")
     cfg.pop("torch_threads")
     cfg["algo"].pop("name")
@@ -311,23 +320,35 @@ def run_cells(plan: Plan, todo: list[Cell], parallel: int) -> Iterator[dict]:
                 future.cancel()
 
 
-def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, reuse: Path | None = None) -> Path:
-    """Run the plan's unfinished cells (one progress bar over cells) and write the report; returns report.html."""
+def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, reuse: Path | None = None,
+                   results: Path | None = None) -> Path:
+    """Run the plan's unfinished cells (one progress bar over cells) and write the report; returns report.html.
+    With `results`, finished cells kept there count as finished, and each cell is kept there as it finishes."""
     from evaluation.experiment_report import write_experiment_report  # matplotlib: not for `alprl --help`
 
     plan.out.mkdir(parents=True, exist_ok=True)
     (plan.out / PLAN_FILE).write_text(json.dumps(plan.describe(), indent=2))
+    names = [cell.name for cell in plan.cells]
+    if results is not None:
+        restore_cells(results, plan.out, names)
     todo = [cell for cell in plan.cells if not finished(plan, cell)]
     if todo and reuse is not None:
         todo = reuse_finished(plan, todo, reuse)
     if todo:
         warm_start(plan, show_progress)
+        if results is not None:
+            check_warm_start(Path(plan.start).expanduser(), results)
     with progress_bar(f"experiment {plan.suite.name}", total=len(plan.cells),
                       completed=len(plan.cells) - len(todo), enabled=show_progress) as bar:
         for info in run_cells(plan, todo, parallel):
             write_experiment_report(plan.out, html_too=False)  # json + md of the cells so far: a kill keeps them
+            if results is not None:
+                sync_results(plan.out, results, names)
             bar.advance(success=info["final_metrics"].get("eval/success", float("nan")))
-    return write_experiment_report(plan.out)
+    report = write_experiment_report(plan.out)
+    if results is not None:
+        sync_results(plan.out, results, names)
+    return report
 
 
 def run_experiment_command(args: argparse.Namespace) -> int:
@@ -345,7 +366,11 @@ def run_experiment_command(args: argparse.Namespace) -> int:
         reuse = Path(args.reuse) if args.reuse else None
         if reuse is not None and not reuse.is_dir():
             raise FileNotFoundError(f"--reuse {args.reuse}: no such experiment directory")
-        report = run_experiment(plan, show_progress=not args.no_progress, parallel=args.parallel, reuse=reuse)
+        results = Path(args.results) if args.results else None
+        if results is not None and results.exists() and not results.is_dir():
+            raise FileNotFoundError(f"--results {args.results}: not a directory")
+        report = run_experiment(plan, show_progress=not args.no_progress, parallel=args.parallel, reuse=reuse,
+                                results=results)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"alprl experiment: error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ and returns the *unaggregated* loss (already multiplied by detached correction w
 reduces it. `POLICY_LOSSES` at the bottom is the only way to pick one.
 
 Keyword hyperparameters carry the names of `AlgoConfig` fields (`trainer/objective.py` fills them by
-name). Rollout-mismatch corrections (TIS / MIS, reference §3.2) are not separate losses: they are the
+name) and state no default: the config, filled by a preset of configs/algorithms/, is their one source. Rollout-mismatch corrections (TIS / MIS, reference §3.2) are not separate losses: they are the
 detached `weights` (and the rejection mask passed as `mask`) computed once per rollout batch by
 `trainer/corrections.py`, so any entry combines with any correction (e.g. Token-MIS = `ppo_clip` with
 `upd_level=token` + seq MIS weights; Seq-ALP = `bypass` with `upd_level=seq` + perturbed `logp`).
@@ -65,7 +65,7 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * mask).sum() / (mask.sum() + 1e-8)
 
 
-def aggregate(per_token: Tensor, mask: Tensor, mode: str = "token-mean", *, n_tokens: float | None = None,
+def aggregate(per_token: Tensor, mask: Tensor, mode: str, *, n_tokens: float | None = None,
               n_seqs: float | None = None, norm_len: float | None = None) -> Tensor:
     """Reduce a (B, T) loss to a scalar (reference/algorithms.md §2.3).
 
@@ -143,8 +143,8 @@ def _apply_weights(per_token: Tensor, weights: Tensor | None) -> Tensor:
 
 
 def ppo_clip(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-             weights: Tensor | None = None, clip_low: float = 0.2, clip_high: float = 0.28,
-             clip_dual: float | None = 3.0, upd_level: str = "token") -> tuple[Tensor, dict[str, float]]:
+             weights: Tensor | None = None, clip_low: float, clip_high: float, clip_dual: float | None,
+             upd_level: str) -> tuple[Tensor, dict[str, float]]:
     """GRPO / decoupled PPO dual-clip on the update ratio r = π_θ/π_θold (reference §3.1, §3.2).
 
     upd_level token: r_bt = exp⟦logp − old_logp⟧ (GRPO, arXiv 2402.03300); seq: product of token ratios in
@@ -158,8 +158,8 @@ def ppo_clip(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: T
 
 
 def bypass(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-           weights: Tensor | None = None, clip_low: float = 0.5, clip_high: float = 3.0,
-           clip_dual: float | None = 3.0, upd_level: str = "seq") -> tuple[Tensor, dict[str, float]]:
+           weights: Tensor | None = None, clip_low: float, clip_high: float, clip_dual: float | None,
+           upd_level: str) -> tuple[Tensor, dict[str, float]]:
     """Bypass / ALP: one ratio against the inference policy, r = π_θ(,δ)/μ (reference §3.3, §3.5).
 
     `old := rollout`: log r = ⟦logp − rollout_logp⟧ at `upd_level` (token: Token-Bypass/Token-ALP; seq:
@@ -173,8 +173,7 @@ def bypass(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Ten
 
 
 def gspo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-         weights: Tensor | None = None, clip_low: float = 3e-4,
-         clip_high: float = 4e-4) -> tuple[Tensor, dict[str, float]]:
+         weights: Tensor | None = None, clip_low: float, clip_high: float) -> tuple[Tensor, dict[str, float]]:
     """GSPO (arXiv 2507.18071 eq. 5–7; verl compute_policy_loss_gspo), reference §3.4.
 
     log s_bt = sg[S̄_b] + logp_bt − sg[logp_bt] with S̄_b the length-normalized Σ_t m (logp − old_logp),
@@ -188,13 +187,12 @@ def gspo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tenso
 
 
 def cispo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-          weights: Tensor | None = None, clip_low: float = 1.0,
-          clip_high: float = 4.0) -> tuple[Tensor, dict[str, float]]:
+          weights: Tensor | None = None, clip_low: float, clip_high: float) -> tuple[Tensor, dict[str, float]]:
     """CISPO (MiniMax-M1, arXiv 2506.13585 eq. 4): REINFORCE on log π_θ weighted by the clipped, stop-gradient
     token ratio, ℓ = −sg(clip(r, 1 − ε_lo, 1 + ε_hi))·A·log π_θ with r = π_θ/π_θold.
 
     Unlike PPO's clip no token loses its gradient: the weight is bounded, the log-prob term is not. The paper
-    sets no lower bound (ε_lo large; 1.0 here: r ≥ 0) and tunes ε_hi only. `rollout_logp` is unused (the mismatch
+    sets no lower bound (ε_lo large; 1.0 in the preset: r ≥ 0) and tunes ε_hi only. `rollout_logp` is unused (the mismatch
     enters through `weights`, as for ppo_clip).
     """
     log_ratio = masked_fill_zero(logp - old_logp, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
@@ -211,8 +209,8 @@ def cispo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tens
 
 
 def is_reinforce(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-                 weights: Tensor | None = None, clip_low: float = 1.0,
-                 clip_high: float = 1.0) -> tuple[Tensor, dict[str, float]]:
+                 weights: Tensor | None = None, clip_low: float,
+                 clip_high: float) -> tuple[Tensor, dict[str, float]]:
     """Importance-sampled REINFORCE in bypass mode (verl's bypass + reinforce): ℓ = −sg(clip(π_θ/μ, 1 − ε_lo,
     1 + ε_hi))·A·log π_θ — CISPO's form with the sampler μ as the denominator, so one truncated IS weight
     corrects both the staleness and the mismatch. `old_logp` is unused."""
@@ -221,8 +219,7 @@ def is_reinforce(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantage
 
 
 def gmpo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-         weights: Tensor | None = None, clip_low: float = 0.4,
-         clip_high: float = 0.4) -> tuple[Tensor, dict[str, float]]:
+         weights: Tensor | None = None, clip_low: float, clip_high: float) -> tuple[Tensor, dict[str, float]]:
     """GMPO (arXiv 2507.20673): the geometric mean of the token ratios instead of their arithmetic mean.
 
     Per token, in log space, the PPO-style pessimistic clip: c_t = sgn(A)·min(sgn(A)·log r_t,
@@ -248,8 +245,7 @@ def gmpo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tenso
     return _apply_weights(per_token, weights), metrics
 
 
-def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl", *,
-               old_logp: Tensor | None = None) -> Tensor:
+def kl_penalty(logp: Tensor, ref_logp: Tensor, *, kind: str, old_logp: Tensor | None = None) -> Tensor:
     """Per-token KL-to-reference estimate (verl kl_penalty; http://joschu.net/blog/kl-approx.html), (B, T).
 
     d = logp − ref_logp. k1 / kl: d. k2 / mse: ½d². k3 / low_var_kl: u = ⟦ref_logp − logp⟧,
@@ -273,13 +269,13 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "low_var_kl", *,
 
 
 def quatro(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
-           weights: Tensor | None = None, upd_level: str = "geo", quatro_delta: float = 0.02,
-           quatro_log_ratio_clamp: float = 5.0, quatro_grpo_scale: bool = True) -> tuple[Tensor, dict[str, float]]:
+           weights: Tensor | None = None, upd_level: str, quatro_delta: float, quatro_log_ratio_clamp: float,
+           quatro_grpo_scale: bool) -> tuple[Tensor, dict[str, float]]:
     """QUATRO trust-region loss [R] (arXiv 2602.04620; reference §3.7; duals: trainer/algorithms/quatro.py).
 
     `advantages` (B, T) must hold the target log-ratios t_b = log(G·w_b), w = softmax_group(A/λ_x), that
     `quatro_targets` computes once per rollout batch. Per token, with r = exp⟦logp − old_logp⟧ at `upd_level`
-    (default geo, stop-grad token form) and τ = 1/√(2δ) (1 without `quatro_grpo_scale`):
+    (the preset's geo, stop-grad token form) and τ = 1/√(2δ) (1 without `quatro_grpo_scale`):
 
         ℓ = −τ·[r·t − (r log r − r + 1)],   ∂ℓ/∂log r = −τ·r·(t − log r)
 

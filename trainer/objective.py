@@ -6,7 +6,8 @@ that decides *what* is optimized lives here, driven by `AlgoConfig` fields only 
 branches on a preset's name):
 
 - `prepare_corrections(algo, batch)`: once per rollout batch, after the old log-probs: correction weights
-  w and rejection mask m′ (`trainer/corrections.py`), which `train_step` stores as `corr_weights` / `corr_keep`.
+  w and rejection mask m′ (`trainer/corrections.py`), which `learn` (trainer/loop.py) stores as `corr_weights` /
+  `corr_keep`.
 - `denominators(batch, rows)`: the mini-batch token / sequence counts over m′, so verl-semantics MIS
   rejections leave the denominator and micro-batching cannot change the loss.
 - `micro_batch_objective(...)`: the scalar loss of one micro-batch and its metrics. Dr.GRPO's
@@ -14,7 +15,8 @@ branches on a preset's name):
   the caller resolves 0 to rollout.max_response_tokens), never by the batch's padded width.
 
 Flat loss hyperparameters are taken *by name* from `AlgoConfig` (`loss_kwargs`): a registry entry's
-keyword `clip_low` receives `algo.clip_low`, and so on.
+keyword `clip_low` receives `algo.clip_low`, and so on; the entries and `compute_correction` state no defaults, so
+the config is the one place their values come from.
 
 Legend: B rows of the rollout batch, b rows of the micro-batch, T response positions.
 """
@@ -63,7 +65,7 @@ def prepare_corrections(algo: AlgoConfig, batch: Batch,
                               batch_sum=batch_sum)
     if algo.m2_threshold is None:
         return corr.weights, corr.keep, corr.metrics
-    m2_keep, m2_metrics = m2po_keep(batch.old_logp, batch.rollout_logp, corr.keep, algo.m2_threshold)
+    m2_keep, m2_metrics = m2po_keep(batch.old_logp, batch.rollout_logp, corr.keep, threshold=algo.m2_threshold)
     return corr.weights * m2_keep, m2_keep, corr.metrics | {f"rollout_corr/{k}": v for k, v in m2_metrics.items()}
 
 
@@ -138,7 +140,7 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
     signal = sub.quatro_targets if sub.quatro_targets is not None else sub.advantages
     per_token, metrics = loss_fn(logp, old, rollout, signal, keep, weights=weights, **loss_kwargs(algo))
     if algo.opsm_delta is not None:  # sequences off-policy against a negative advantage leave the policy term only
-        opsm, opsm_metrics = opsm_keep(logp, rollout, sub.advantages, keep, algo.opsm_delta)
+        opsm, opsm_metrics = opsm_keep(logp, rollout, sub.advantages, keep, delta=algo.opsm_delta)
         per_token, metrics = per_token * opsm, metrics | opsm_metrics
     agg = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": t_norm}  # mini-batch denominators
     loss = aggregate(per_token, keep, algo.loss_agg, **agg)
@@ -147,7 +149,7 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
     if algo.kl_coef and not algo.kl_in_reward:  # verl use_kl_loss: β·agg(KL(π_θ ‖ π_ref)) on m′
         if sub.ref_logp is None:
             raise ValueError("algo.kl_coef > 0 needs batch.ref_logp (the reference forward) before the update")
-        kl = kl_penalty(logp, masked_fill_zero(sub.ref_logp, keep), algo.kl_type, old_logp=old)  # (b, T)
+        kl = kl_penalty(logp, masked_fill_zero(sub.ref_logp, keep), kind=algo.kl_type, old_logp=old)  # (b, T)
         loss = loss + algo.kl_coef * aggregate(kl, keep, algo.loss_agg, **agg)
         metrics["kl_loss"] = masked_mean(kl.detach(), keep).item()
     metrics["entropy_update"] = masked_mean(entropy.detach(), sub.loss_mask).item()

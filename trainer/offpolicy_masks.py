@@ -19,7 +19,7 @@ from torch import Tensor
 from trainer.losses import masked_fill_zero
 
 
-def opsm_keep(logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor,
+def opsm_keep(logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
               delta: float) -> tuple[Tensor, dict[str, float]]:
     """(keep (B, 1) ∈ {0, 1}, metrics): 0 for rows with A < 0 and mean_t(log μ − log π_θ) > δ over the mask.
 
@@ -36,7 +36,7 @@ def opsm_keep(logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tens
     return (~masked).to(mask.dtype)[:, None], metrics
 
 
-def m2po_keep(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor,
+def m2po_keep(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *,
               threshold: float) -> tuple[Tensor, dict[str, float]]:
     """(keep (B, T) ∈ {0, 1}, `m2po/*` metrics): the greedy second-moment mask over the tokens of `mask`.
 

@@ -42,7 +42,7 @@ def reference_logprobs(reference: nn.Module, batch: Batch, temperature: float, m
 def kl_reward_penalty(algo: AlgoConfig, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
     """(rewards − β·Σ_t KL_t (B,), metrics): KL_t of θ_old against the reference on the sampled tokens."""
     m = batch.loss_mask
-    kl = masked_fill_zero(kl_penalty(batch.old_logp, masked_fill_zero(batch.ref_logp, m), algo.kl_type,
+    kl = masked_fill_zero(kl_penalty(batch.old_logp, masked_fill_zero(batch.ref_logp, m), kind=algo.kl_type,
                                        old_logp=batch.old_logp), m)  # (B, T); k3_is at θ_old is k3
     per_episode = kl.sum(-1)  # (B,)
     return batch.rewards - algo.kl_coef * per_episode, {

@@ -137,7 +137,6 @@ RANGES: tuple[Check, ...] = (
     ("algo.quatro_delta", ">= 0 (0: off)", lambda v: v >= 0),
     ("algo.quatro_lambda_min", "> 0", lambda v: v > 0),  # trainer/algorithms/quatro.py solve_duals
     ("algo.quatro_log_ratio_clamp", ">= 0 (0: only the ±20 bound)", lambda v: v >= 0),
-    ("perturb.sigma_init", ">= 0", lambda v: v >= 0),
     ("perturb.lr", "> 0", lambda v: v > 0),
     ("perturb.weight_decay", ">= 0", lambda v: v >= 0),
     ("perturb.sprpo_every", ">= 1", lambda v: v >= 1),
@@ -325,10 +324,8 @@ def _budget_rules(cfg: Any) -> list[str]:
 
 
 def _dapo_rules(cfg: Any) -> list[str]:
+    # dynamic sampling's need for groups of two or more is rollout.group_size's own range (RANGES)
     a, r, out = cfg.algo, cfg.rollout, []
-    if a.dynamic_sampling and r.group_size < 2:
-        out.append(f"algo.dynamic_sampling drops groups whose rewards are all equal; with rollout.group_size="
-                   f"{r.group_size} every group is; use group_size >= 2")
     if a.overlong_buffer >= r.max_response_tokens:
         out.append(f"algo.overlong_buffer={a.overlong_buffer} must be below rollout.max_response_tokens="
                    f"{r.max_response_tokens} (the punishment ramps over the budget's last overlong_buffer tokens)")
@@ -386,9 +383,10 @@ def _async_rules(cfg: Any) -> list[str]:
 
 def _perturb_rules(cfg: Any) -> list[str]:
     p, out = cfg.perturb, []
-    if p.learnable and p.sigma_init == 0:
-        out.append(f"perturb.sigma_init={p.sigma_init!r} needs perturb.learnable=false (log σ = −inf cannot be "
-                   "learned)")
+    # σ0's one rule here (agents/perturbation.py's constructor raises on the same bound once a run has started)
+    if not (p.sigma_init > 0 or (p.sigma_init == 0 and not p.learnable)):
+        out.append(f"perturb.sigma_init={p.sigma_init!r} is out of range; allowed: > 0, or 0 with "
+                   "perturb.learnable=false (σ ≡ 0; log σ = −inf cannot be learned)")
     if p.sprpo_adaptive and not (p.enabled and not p.learnable and not p.logits_only):
         out.append("perturb.sprpo_adaptive=true needs perturb.enabled=true, perturb.learnable=false and "
                    "perturb.logits_only=false (σ is allocated per decoder layer, not learned)")

@@ -361,8 +361,8 @@ def test_zero_sigma_is_bit_identical_to_the_unperturbed_loss_in_both_modes(mode,
         pert = LayerwisePerturbation(model, sigma_init=0.0, learnable=False, sigma_mode=mode)
         with pert.active(seed=11) if perturbed else torch.enable_grad():
             per_token, _ = loss_fn(_logp(model), rollout, rollout, adv, mask, upd_level=level, clip_low=0.5,
-                                   clip_high=3.0)
-            loss = aggregate(per_token, mask)
+                                   clip_high=3.0, clip_dual=3.0)
+            loss = aggregate(per_token, mask, "token-mean")
             loss.backward()
         grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
     assert torch.equal(grads[0][0], grads[1][0])

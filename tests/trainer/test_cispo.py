@@ -30,10 +30,11 @@ def test_cispo_weights_log_pi_by_the_clipped_stop_gradient_ratio():
 def test_ppo_clip_gives_the_clipped_token_no_gradient_where_cispo_does():
     logp = (OLD + torch.tensor([[0.0, 0.0, math.log(8.0), 0.0]])).requires_grad_(True)
     adv = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-    ppo_clip(logp, OLD, OLD, adv, MASK, clip_low=0.2, clip_high=0.28)[0].sum().backward()
+    ppo_clip(logp, OLD, OLD, adv, MASK, clip_low=0.2, clip_high=0.28, clip_dual=3.0,
+             upd_level="token")[0].sum().backward()
     assert logp.grad[0, 2] == 0  # r = 8 > 1.28 with A > 0: clipped away
     logp.grad = None
-    cispo(logp, OLD, OLD, adv, MASK, clip_high=4.0)[0].sum().backward()
+    cispo(logp, OLD, OLD, adv, MASK, clip_low=1.0, clip_high=4.0)[0].sum().backward()
     assert logp.grad[0, 2] == pytest.approx(-5.0)
 
 
@@ -45,7 +46,7 @@ def test_trl_delta_is_the_dual_clip_constant():
     delta = 4.0
     ratio = torch.exp(logp - OLD)
     trl = -torch.minimum(ratio.clamp(max=delta) * adv, ratio.clamp(0.8, 1.28) * adv) * MASK
-    ours, _ = ppo_clip(logp, OLD, OLD, adv, MASK, clip_low=0.2, clip_high=0.28, clip_dual=delta)
+    ours, _ = ppo_clip(logp, OLD, OLD, adv, MASK, clip_low=0.2, clip_high=0.28, clip_dual=delta, upd_level="token")
     assert ours[0].tolist() == pytest.approx(trl[0].tolist())
 
 

@@ -81,3 +81,49 @@ def test_config_files_load_by_path_or_by_name_in_configs():
     assert by_name == build_config(CONFIG_DIR / "household_tiny.yaml") and by_name.env.id == "alprl/Household-v0"
     with pytest.raises(ConfigError, match="config file 'nope.yaml' not found; files in .*household_tiny.yaml"):
         build_config("nope.yaml")
+
+
+def test_a_recipes_keys_win_over_its_preset_and_the_command_line_over_both(tmp_path):
+    """defaults <- preset <- recipe <- key=value: the recipe's loss_agg stays under algorithm=grpo, whose own
+    token-mean applies where the recipe says nothing; a key=value beats both."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("algorithm: seq_bypass\nalgo:\n  loss_agg: seq-mean-token-mean\n  clip_low: 0.3\n")
+    own = build_config(recipe)
+    assert own.algo.name == "seq_bypass" and own.algo.policy_loss == "bypass" and own.algo.clip_low == 0.3
+    swapped = build_config(recipe, ["algorithm=grpo"])  # the command line's preset takes the recipe's preset's place
+    assert swapped.algo.name == "grpo" and swapped.algo.policy_loss == "ppo_clip"
+    assert swapped.algo.loss_agg == "seq-mean-token-mean" and swapped.algo.clip_low == 0.3
+    assert swapped.algo.clip_high == 0.28  # grpo's, which the recipe does not set
+    assert build_config(recipe, ["algorithm=grpo", "algo.clip_low=0.1"]).algo.clip_low == 0.1
+
+
+def test_a_note_names_the_recipe_keys_that_hide_a_preset_and_how_to_restore_them(tmp_path):
+    from trainer.config import preset_notes
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("algorithm: grpo\nalgo:\n  loss_agg: seq-mean-token-mean\n")
+    assert preset_notes(recipe, []) == []  # its own preset: no surprise
+    assert preset_notes(recipe, ["algorithm=grpo", "algo.loss_agg=token-mean"]) == []  # restored on the line
+    [note] = preset_notes(recipe, ["algorithm=token_mis"])
+    assert "algo.loss_agg=seq-mean-token-mean" in note and "add algo.loss_agg=token-mean" in note
+    # and the restoring override does run the preset's value
+    assert build_config(recipe, ["algorithm=token_mis", "algo.loss_agg=token-mean"]).algo.loss_agg == "token-mean"
+
+
+def test_a_recipe_naming_an_unknown_preset_is_refused_with_its_path(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("algorithm: grpoo\n")
+    with pytest.raises(ConfigError, match=r"r\.yaml: algorithm: unknown algorithm 'grpoo'; valid: .*grpo"):
+        build_config(recipe)
+    with pytest.raises(ConfigError, match="grpoo"):  # checked even where the command line names another
+        build_config(recipe, ["algorithm=grpo"])
+
+
+def test_an_experiment_cell_runs_its_method_as_the_preset_defines_it():
+    """alprl experiment puts the cell's preset above the recipe: the household recipe's own loss_agg does not
+    reach a GRPO cell, while alprl train with that recipe keeps it."""
+    from trainer.experiment_run import cell_config
+
+    recipe = str(CONFIG_DIR / "household_tiny.yaml")
+    assert build_config(recipe, ["algorithm=grpo"]).algo.loss_agg == "seq-mean-token-mean"
+    assert cell_config(recipe, ["algorithm=grpo"]).algo.loss_agg == "token-mean"

@@ -20,6 +20,12 @@ from trainer.types import Batch
 LN = math.log
 
 
+def correct(old, rollout, mask, **settings):
+    """`compute_correction` with the case's `settings`, AlgoConfig's value for every other one (the config is their
+    one source: the function states no default)."""
+    return compute_correction(old, rollout, mask, **correction_kwargs(AlgoConfig(**settings)))
+
+
 def _token_case(values, mask=None):
     """old − rollout = log(values) per token, one row."""
     old = torch.tensor([[LN(v) for v in values]])
@@ -30,7 +36,7 @@ def _token_case(values, mask=None):
 def test_tis_token_hand_computed():
     # v = [3, 0.5, 1] → w = min(v, 2) = [2, 0.5, 1]; m′ = m
     old, rollout, mask = _token_case([3.0, 0.5, 1.0])
-    corr = compute_correction(old, rollout, mask, correction="tis", corr_level="token", corr_upper=2.0)
+    corr = correct(old, rollout, mask, correction="tis", corr_level="token", corr_upper=2.0)
     assert torch.allclose(corr.weights, torch.tensor([[2.0, 0.5, 1.0]]), atol=1e-6)
     assert torch.equal(corr.keep, mask)
     m = corr.metrics  # raw_ratio_*: v before truncation, thresholds C = 2 and 1/C = 0.5
@@ -55,10 +61,10 @@ def test_tis_seq_and_geo_hand_computed():
     # row 0: Δ = [ln 2, ln 2] → v = 4 → min(4, 5) = 4; row 1: Δ = [ln 4, ln 2] → v = 8 → 5
     old = torch.tensor([[LN(2), LN(2)], [LN(4), LN(2)]])
     zeros, ones = torch.zeros(2, 2), torch.ones(2, 2)
-    seq = compute_correction(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0)
+    seq = correct(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0)
     assert torch.allclose(seq.weights, torch.tensor([[4.0, 4.0], [5.0, 5.0]]), atol=1e-5)
     # geo: row 0 → e^{ln 2} = 2; row 1 → e^{(ln 4 + ln 2)/2} = √8 = 2.8284
-    geo = compute_correction(old, zeros, ones, correction="tis", corr_level="geo", corr_upper=5.0)
+    geo = correct(old, zeros, ones, correction="tis", corr_level="geo", corr_upper=5.0)
     assert torch.allclose(geo.weights, torch.tensor([[2.0, 2.0], [8**0.5, 8**0.5]]), atol=1e-5)
     # raw seq-level value in log space over rows: max = 8 (pre-truncation), fraction above 5 = 1/2;
     # applied weights [4, 5]: max 5, none above C; verl's seq-level rollout_is_max is the raw row value 8
@@ -76,8 +82,8 @@ def test_mis_paper_vs_verl_semantics_differ_as_reference_3_2():
     # verl:  w = min(v, 2)·band = [0, 0, 1, 1.5], m′ = m·band = [0, 0, 1, 1]
     old, rollout, mask = _token_case([3.0, 0.5, 1.0, 1.5])
     kw = dict(correction="mis", corr_level="token", corr_upper=2.0, corr_lower=0.75)
-    paper = compute_correction(old, rollout, mask, mis_semantics="paper", **kw)
-    verl = compute_correction(old, rollout, mask, mis_semantics="verl", **kw)
+    paper = correct(old, rollout, mask, mis_semantics="paper", **kw)
+    verl = correct(old, rollout, mask, mis_semantics="verl", **kw)
     assert torch.allclose(paper.weights, torch.tensor([[0.0, 0.0, 1.0, 1.5]]), atol=1e-6)
     assert torch.equal(paper.keep, mask)
     assert torch.allclose(verl.weights, paper.weights, atol=1e-6)
@@ -87,19 +93,19 @@ def test_mis_paper_vs_verl_semantics_differ_as_reference_3_2():
     # same kept tokens, different step size under token-mean with ℓ ≡ 1:
     # paper (0 + 0 + 1 + 1.5) / 4 = 0.625 — verl renormalizes over survivors: (1 + 1.5) / 2 = 1.25
     ell = torch.ones(1, 4)
-    assert aggregate(paper.weights * ell, paper.keep).item() == pytest.approx(0.625)
-    assert aggregate(verl.weights * ell, verl.keep).item() == pytest.approx(1.25)
+    assert aggregate(paper.weights * ell, paper.keep, "token-mean").item() == pytest.approx(0.625)
+    assert aggregate(verl.weights * ell, verl.keep, "token-mean").item() == pytest.approx(1.25)
 
 
 def test_mis_default_lower_bounds():
     # v = 0.25, C = 2, L unset: paper uses L = 0 (the TIR scripts) and keeps it with w = 0.25;
     # verl uses L = 1/C = 0.5 and rejects it; an explicit L applies to both
     old, rollout, mask = _token_case([0.25])
-    paper = compute_correction(old, rollout, mask, correction="mis", corr_upper=2.0)
-    verl = compute_correction(old, rollout, mask, correction="mis", corr_upper=2.0, mis_semantics="verl")
+    paper = correct(old, rollout, mask, correction="mis", corr_upper=2.0)
+    verl = correct(old, rollout, mask, correction="mis", corr_upper=2.0, mis_semantics="verl")
     assert paper.weights.item() == pytest.approx(0.25) and paper.keep.item() == 1.0
     assert verl.weights.item() == 0.0 and verl.keep.item() == 0.0
-    explicit = compute_correction(old, rollout, mask, correction="mis", corr_upper=2.0, corr_lower=0.5)
+    explicit = correct(old, rollout, mask, correction="mis", corr_upper=2.0, corr_lower=0.5)
     assert explicit.weights.item() == 0.0 and explicit.keep.item() == 1.0
 
 
@@ -107,7 +113,7 @@ def test_seq_mis_verl_rejects_whole_rows_and_shrinks_denominators():
     # row 0: S = ln 8 → v = 8 > 5 → rejected; row 1: S = ln 2 → kept (w = 2 on both tokens)
     old = torch.tensor([[LN(4), LN(2)], [LN(2), 0.0]])
     kw = dict(correction="mis", corr_level="seq", corr_upper=5.0, corr_lower=0.0)
-    verl = compute_correction(old, torch.zeros(2, 2), torch.ones(2, 2), mis_semantics="verl", **kw)
+    verl = correct(old, torch.zeros(2, 2), torch.ones(2, 2), mis_semantics="verl", **kw)
     assert torch.equal(verl.keep, torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
     assert torch.allclose(verl.weights, torch.tensor([[0.0, 0.0], [2.0, 2.0]]), atol=1e-6)
     assert verl.metrics["rollout_corr/rollout_rs_seq_masked_fraction"] == 0.5
@@ -122,22 +128,22 @@ def test_verl_k1_quirk_only_when_asked():
     # v = [0.65, 1.5, 1.0] → plain band [1, 0, 1]; quirk band [0, 1, 1]
     old, rollout, mask = _token_case([0.65, 1.5, 1.0])
     kw = dict(correction="mis", corr_level="token", corr_upper=1.4, corr_lower=0.6, mis_semantics="verl")
-    plain = compute_correction(old, rollout, mask, **kw)
-    quirk = compute_correction(old, rollout, mask, corr_k1_quirk=True, **kw)
+    plain = correct(old, rollout, mask, **kw)
+    quirk = correct(old, rollout, mask, corr_k1_quirk=True, **kw)
     assert torch.equal(plain.keep, torch.tensor([[1.0, 0.0, 1.0]]))
     assert torch.equal(quirk.keep, torch.tensor([[0.0, 1.0, 1.0]]))
     # symmetric band "0.5_2.0": both agree
     sym = dict(kw, corr_upper=2.0, corr_lower=0.5)
-    assert torch.equal(compute_correction(old, rollout, mask, **sym).keep,
-                       compute_correction(old, rollout, mask, corr_k1_quirk=True, **sym).keep)
+    assert torch.equal(correct(old, rollout, mask, **sym).keep,
+                       correct(old, rollout, mask, corr_k1_quirk=True, **sym).keep)
 
 
 def test_veto_rejects_the_sequence_following_the_semantics():
     # row 0 has a token with v = 1e-5 < 1e-4 → the whole row is vetoed; row 1 is fine
     old = torch.tensor([[LN(1e-5), 0.0], [0.0, 0.0]])
     kw = dict(correction="tis", corr_upper=2.0, corr_veto=True, corr_veto_threshold=1e-4)
-    paper = compute_correction(old, torch.zeros(2, 2), torch.ones(2, 2), **kw)
-    verl = compute_correction(old, torch.zeros(2, 2), torch.ones(2, 2), mis_semantics="verl", **kw)
+    paper = correct(old, torch.zeros(2, 2), torch.ones(2, 2), **kw)
+    verl = correct(old, torch.zeros(2, 2), torch.ones(2, 2), mis_semantics="verl", **kw)
     assert torch.equal(paper.weights, torch.tensor([[0.0, 0.0], [1.0, 1.0]])) and paper.keep.all()
     assert torch.equal(verl.keep, torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
     assert paper.metrics["rollout_corr/rollout_is_veto_fraction"] == 0.5
@@ -147,13 +153,13 @@ def test_veto_rejects_the_sequence_following_the_semantics():
 def test_batch_normalization_hand_computed():
     # token: w = [2, 1] (C = 10) → mean 1.5 → [4/3, 2/3]
     old, rollout, mask = _token_case([2.0, 1.0])
-    tok = compute_correction(old, rollout, mask, correction="tis", corr_upper=10.0, corr_batch_norm=True)
+    tok = correct(old, rollout, mask, correction="tis", corr_upper=10.0, corr_batch_norm=True)
     assert torch.allclose(tok.weights, torch.tensor([[4 / 3, 2 / 3]]), atol=1e-6)
     assert tok.metrics["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(1.5)
     # seq: row weights 4 (3 tokens) and 1 (1 token): mean over rows 2.5, not over tokens (13/4)
     old = torch.tensor([[LN(4), 0.0, 0.0], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
-    seq = compute_correction(old, torch.zeros(2, 3), mask, correction="tis", corr_level="seq", corr_upper=10.0,
+    seq = correct(old, torch.zeros(2, 3), mask, correction="tis", corr_level="seq", corr_upper=10.0,
                              corr_batch_norm=True)
     assert torch.allclose(seq.weights, torch.tensor([[1.6, 1.6, 1.6], [0.4, 0.0, 0.0]]), atol=1e-6)
 
@@ -162,7 +168,7 @@ def test_nonfinite_rollout_logp_is_masked_and_counted():
     old = torch.tensor([[-1.0, -2.0, -0.5]])
     rollout = torch.tensor([[-1.0, float("-inf"), float("nan")]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])  # the NaN sits on a tool token: not counted
-    corr = compute_correction(old, rollout, mask, correction="mis", corr_level="seq", corr_upper=5.0)
+    corr = correct(old, rollout, mask, correction="mis", corr_level="seq", corr_upper=5.0)
     assert torch.equal(corr.keep, torch.tensor([[1.0, 0.0, 0.0]]))
     assert torch.isfinite(corr.weights).all() and corr.weights[0, 0].item() == pytest.approx(1.0)
     assert corr.metrics["rollout_corr/nonfinite_tokens"] == 1.0
@@ -175,7 +181,7 @@ def test_nonfinite_rollout_logp_is_masked_and_counted():
 def test_bad_settings_raise_one_clear_error(bad, needle):
     old, rollout, mask = _token_case([1.0])
     with pytest.raises(ValueError, match=needle):
-        compute_correction(old, rollout, mask, **bad)
+        correct(old, rollout, mask, **bad)
 
 
 # ------------------------------------------------------------------------ objective integration
@@ -254,7 +260,7 @@ def test_applied_w_metrics_describe_applied_weights_under_a_heavy_tail():
     # token TIS, C = 2: v = [1e6, 1, 1, 0.5] → applied w = [2, 1, 1, 0.5]
     # raw: mean (1e6 + 2.5)/4 = 250000.625, max 1e6; applied: mean 4.5/4 = 1.125 ≤ C, max 2, min 0.5
     old, rollout, mask = _token_case([1e6, 1.0, 1.0, 0.5])
-    m = compute_correction(old, rollout, mask, correction="tis", corr_upper=2.0).metrics
+    m = correct(old, rollout, mask, correction="tis", corr_upper=2.0).metrics
     assert m["rollout_corr/raw_ratio_mean"] == pytest.approx(250000.625, rel=1e-5)
     assert m["rollout_corr/raw_ratio_max"] == pytest.approx(1e6, rel=1e-5)
     assert m["rollout_corr/applied_w_mean"] == pytest.approx(1.125, rel=1e-6)
@@ -273,21 +279,21 @@ def test_applied_w_metrics_cover_only_what_enters_the_loss():
     zeros, ones = torch.zeros(2, 2), torch.ones(2, 2)
     kw = dict(correction="mis", corr_level="seq", corr_upper=5.0, corr_lower=0.0)
     # verl MIS rejects row 0 (leaves m′): the applied weights are row 1's only → mean = max = 1
-    verl = compute_correction(old, zeros, ones, mis_semantics="verl", **kw).metrics
+    verl = correct(old, zeros, ones, mis_semantics="verl", **kw).metrics
     assert verl["rollout_corr/applied_w_mean"] == pytest.approx(1.0)
     assert verl["rollout_corr/applied_w_max"] == pytest.approx(1.0)
     assert verl["rollout_corr/applied_w_seq_mean"] == pytest.approx(1.0)
     assert verl["rollout_corr/raw_ratio_max"] == pytest.approx(1e6, rel=1e-5)
     assert verl["rollout_corr/raw_ratio_fraction_high"] == pytest.approx(0.5)
     # paper MIS keeps row 0 in m′ with w = 0: applied mean (0 + 0 + 1 + 1)/4 = 0.5, min 0, seq mean (0 + 1)/2
-    paper = compute_correction(old, zeros, ones, mis_semantics="paper", **kw).metrics
+    paper = correct(old, zeros, ones, mis_semantics="paper", **kw).metrics
     assert paper["rollout_corr/applied_w_mean"] == pytest.approx(0.5)
     assert paper["rollout_corr/applied_w_min"] == 0.0
     assert paper["rollout_corr/applied_w_max"] == pytest.approx(1.0)
     assert paper["rollout_corr/applied_w_seq_mean"] == pytest.approx(0.5)
     assert paper["rollout_corr/applied_w_ratio_fraction_low"] == pytest.approx(0.5)  # w = 0 < 1/C on row 0
     # TIS with batch norm: applied [5, 5, 1, 1] / 3 (mean over rows (5 + 1)/2) → token mean 1, max 5/3
-    tis = compute_correction(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0,
+    tis = correct(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0,
                              corr_batch_norm=True).metrics
     assert tis["rollout_corr/applied_w_mean"] == pytest.approx(1.0)
     assert tis["rollout_corr/applied_w_max"] == pytest.approx(5 / 3)
@@ -300,7 +306,7 @@ def test_applied_w_metrics_cover_only_what_enters_the_loss():
 def test_rollout_is_token_tis_truncates_the_max_but_counts_the_raw_tail():
     # token TIS, C = 2 (L = 1/C = 0.5): v = [13.4, 1, 1, 0.25] → w = min(v, 2) = [2, 1, 1, 0.25]
     old, rollout, mask = _token_case([13.4, 1.0, 1.0, 0.25])
-    m = compute_correction(old, rollout, mask, correction="tis", corr_upper=2.0).metrics
+    m = correct(old, rollout, mask, correction="tis", corr_upper=2.0).metrics
     assert m["rollout_corr/rollout_is_max"] == pytest.approx(2.0)  # verl shows the truncated max
     assert m["rollout_corr/rollout_is_min"] == pytest.approx(0.25)
     assert m["rollout_corr/raw_ratio_max"] == pytest.approx(13.4, rel=1e-5)
@@ -326,7 +332,7 @@ def test_rollout_is_sequence_level_extremes_come_from_the_raw_row_value():
     # seq TIS, C = 5 (L = 0.2): row 0 Σ Δ = ln 4 + ln 2 → v = 8 → w = 5; row 1 ln 0.5 + ln 0.2 → v = 0.1 = w
     old = torch.tensor([[LN(4), LN(2)], [LN(0.5), LN(0.2)]])
     zeros, ones = torch.zeros(2, 2), torch.ones(2, 2)
-    m = compute_correction(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0).metrics
+    m = correct(old, zeros, ones, correction="tis", corr_level="seq", corr_upper=5.0).metrics
     assert m["rollout_corr/rollout_is_max"] == pytest.approx(8.0, rel=1e-5)  # raw row value, not the w = 5
     assert m["rollout_corr/applied_w_max"] == pytest.approx(5.0, rel=1e-5)
     assert m["rollout_corr/rollout_is_min"] == pytest.approx(0.1, rel=1e-5)
@@ -351,7 +357,7 @@ def test_rollout_is_turn_level_counts_one_unit_per_turn():
     # m = [1, 1, 0, 1]: turn 0 Σ Δ = ln 2 + ln 4 → v = 8 → w = min(8, 4) = 4; turn 1 ln 0.5 → w = 0.5
     old = torch.tensor([[LN(2), LN(4), 0.0, LN(0.5)]])
     mask = torch.tensor([[1.0, 1.0, 0.0, 1.0]])
-    m = compute_correction(old, torch.zeros(1, 4), mask, correction="tis", corr_level="turn",
+    m = correct(old, torch.zeros(1, 4), mask, correction="tis", corr_level="turn",
                            corr_upper=4.0).metrics
     assert m["rollout_corr/rollout_is_max"] == pytest.approx(8.0, rel=1e-5)
     assert m["rollout_corr/rollout_is_min"] == pytest.approx(0.5, rel=1e-5)
@@ -365,7 +371,7 @@ def test_rollout_is_is_computed_before_rejection_and_batch_norm():
     # token TIS, C = 2: v = [4, 1, 1, 0.8] → w = [2, 1, 1, 0.8]. token_k2 at 0.5 rejects v = 4
     # (½ ln²4 = 0.96); ½ ln²0.8 = 0.025 stays. Batch norm divides the kept [1, 1, 0.8] by their mean 14/15
     old, rollout, mask = _token_case([4.0, 1.0, 1.0, 0.8])
-    m = compute_correction(old, rollout, mask, correction="tis", corr_upper=2.0, rollout_rs="token_k2",
+    m = correct(old, rollout, mask, correction="tis", corr_upper=2.0, rollout_rs="token_k2",
                            rollout_rs_threshold="0.5", corr_batch_norm=True).metrics
     assert m["rollout_corr/rollout_rs_token_k2_masked_fraction"] == pytest.approx(0.25)
     assert m["rollout_corr/rollout_is_batch_norm_factor"] == pytest.approx(14 / 15, rel=1e-6)
@@ -384,7 +390,7 @@ def test_rollout_is_keeps_mis_rejected_rows_at_weight_zero():
     # seq verl-MIS, C = 5, L = 0: row 0 v = 1e6 is out of band → w = 0 and leaves m′; row 1 v = 1 → w = 1.
     # verl's metrics still run over m: mean (0 + 0 + 1 + 1)/4 = 0.5; extremes from the raw rows 1e6 and 1
     old = torch.tensor([[LN(1e3), LN(1e3)], [0.0, 0.0]])
-    m = compute_correction(old, torch.zeros(2, 2), torch.ones(2, 2), correction="mis", corr_level="seq",
+    m = correct(old, torch.zeros(2, 2), torch.ones(2, 2), correction="mis", corr_level="seq",
                            corr_upper=5.0, corr_lower=0.0, mis_semantics="verl").metrics
     assert m["rollout_corr/rollout_is_mean"] == pytest.approx(0.5)
     assert m["rollout_corr/rollout_is_max"] == pytest.approx(1e6, rel=1e-5)
@@ -400,7 +406,7 @@ def test_rollout_is_keeps_mis_rejected_rows_at_weight_zero():
 def test_rollout_is_ess_is_zero_when_every_weight_is_masked():
     # paper MIS, band [0.5, 2]: v = [4, 0.25] are both out → w = [0, 0]; verl's ESS would divide by zero
     old, rollout, mask = _token_case([4.0, 0.25])
-    m = compute_correction(old, rollout, mask, correction="mis", corr_upper=2.0, corr_lower=0.5).metrics
+    m = correct(old, rollout, mask, correction="mis", corr_upper=2.0, corr_lower=0.5).metrics
     assert m["rollout_corr/rollout_is_mean"] == 0.0 and m["rollout_corr/rollout_is_max"] == 0.0
     assert m["rollout_corr/rollout_is_eff_sample_size"] == 0.0 and m["rollout_corr/rollout_is_std"] == 0.0
     assert m["rollout_corr/rollout_is_ratio_fraction_high"] == pytest.approx(0.5)

@@ -180,6 +180,63 @@ def test_robustness_suite_sweeps_each_final_checkpoint(tmp_path, sft_dir, capsys
 
 
 @pytest.mark.smoke
+def test_results_dir_keeps_the_cells_a_new_machine_reports_without_training(tmp_path, sft_dir, capsys,
+                                                                           monkeypatch):
+    """--results keeps each finished cell's small files and the report; with `runs/` gone (a new machine), the same
+    command restores them, trains nothing, and rebuilds the same report."""
+    out, kept = tmp_path / "runs" / "rob", tmp_path / "docs" / "rob"
+    argv = ["experiment", "robustness", "--scale", "smoke", "--config", "configs/demo.yaml", "--steps", "1",
+            "--methods", "grpo,sprpo", "--no-progress", "--out", str(out), "--results", str(kept),
+            f"model.path={sft_dir}"]
+    assert main(argv) == 0, capsys.readouterr().err
+    report = json.loads((out / "report.json").read_text())
+    assert json.loads((kept / "report.json").read_text()) == report and (kept / "report.md").is_file()
+    for cell in ("grpo__recipe__seed0", "sprpo__recipe__seed0"):
+        files = {p.relative_to(kept / cell).as_posix() for p in (kept / cell).rglob("*") if p.is_file()}
+        assert {"cell.json", "metrics.jsonl", "run_meta.json", "robustness/records.jsonl"} <= files
+        assert json.loads((kept / cell / "cell.json").read_text())["final_eval"] in files
+        assert (out / cell / "checkpoints").is_dir()
+    # small files only: no checkpoint, no HTML or PNG (the report's figures are drawn again from the kept records)
+    assert not [p for p in kept.rglob("*") if p.suffix in (".safetensors", ".pt", ".html", ".png")]
+
+    shutil.rmtree(tmp_path / "runs")  # a new machine: only the committed folder is left
+    monkeypatch.setattr(experiment_run, "run_cell", lambda plan, cell: pytest.fail(f"{cell.name} trained again"))
+    monkeypatch.setattr(experiment_run, "warm_start", lambda plan, show: pytest.fail("warm start rebuilt"))
+    assert main(argv) == 0, capsys.readouterr().err
+    assert json.loads((out / "report.json").read_text()) == report
+    assert (out / "report.md").read_text() == (kept / "report.md").read_text()
+    assert f"<img alt='{ROBUSTNESS_FIGURE}'" in (out / "report.html").read_text()
+
+    # one more seed in another --out: the kept seed-0 cells count as finished there, and only seed 1 is to train
+    class Stop(Exception):
+        pass
+
+    trained = []
+
+    def record_and_stop(plan, cell):
+        trained.append(cell.name)
+        raise Stop
+
+    monkeypatch.setattr(experiment_run, "run_cell", record_and_stop)
+    monkeypatch.setattr(experiment_run, "warm_start", lambda plan, show: None)
+    argv_more = [str(tmp_path / "elsewhere") if a == str(out) else a for a in argv]
+    argv_more[argv_more.index("--steps"):argv_more.index("--steps")] = ["--seeds", "0,1"]
+    with pytest.raises(Stop):
+        main(argv_more)
+    assert trained and all(name.endswith("seed1") for name in trained)
+    assert (tmp_path / "elsewhere" / "grpo__recipe__seed0" / "cell.json").is_file()
+
+    # the cells left must train from the weights the kept ones did: another warm start is refused with one line
+    record = json.loads((kept / "warm_start.json").read_text())
+    (kept / "warm_start.json").write_text(json.dumps(record | {"sha256": "0" * 64}))
+    trained.clear()
+    capsys.readouterr()
+    assert main(argv_more) == 2 and not trained
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "is not the one the cells in" in err and str(sft_dir) in err
+
+
+@pytest.mark.smoke
 def test_a_cell_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, sft_dir, capsys, monkeypatch):
     from trainer import loop
 

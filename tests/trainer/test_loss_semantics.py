@@ -66,8 +66,9 @@ def ref_dual_clip(log_r, a, lo, hi, c):
     return min(loss, -c * a) if (c is not None and a < 0) else loss
 
 
-# each entry's default (ε_lo, ε_hi, c) in the registry (trainer/losses.py signatures, reference §3)
-DEFAULT_CLIPS = {"ppo_clip": (0.2, 0.28, 3.0), "bypass": (0.5, 3.0, 3.0), "gspo": (3e-4, 4e-4, None),
+# each entry's (ε_lo, ε_hi, c) as its preset sets them (configs/algorithms/, reference §3): grpo, seq_bypass, gspo,
+# quatro, cispo, is_reinforce, gmpo, dppo_tv, dppo_kl, sapo
+PRESET_CLIPS = {"ppo_clip": (0.2, 0.28, 3.0), "bypass": (0.5, 3.0, 3.0), "gspo": (3e-4, 4e-4, None),
                  "quatro": (None, None, None), "cispo": (1.0, 4.0, None), "is_reinforce": (1.0, 1.0, None),
                  "gmpo": (0.4, 0.4, None), "dppo_tv": (0.2, 0.2, None), "dppo_kl": (0.05, 0.05, None),
                  "sapo": (None, None, None)}
@@ -88,8 +89,8 @@ def _sg_weighted_log_pi(log_r, logp, a, lo, hi):
 
 
 def ref_policy_loss(name, lps, keep, adv, level="token", clips=None):
-    """(B, T) nested lists of the per-token loss of registry entry `name`; clips (ε_lo, ε_hi, c), else defaults."""
-    lo, hi, c = clips or DEFAULT_CLIPS[name]
+    """(B, T) nested lists of the per-token loss of registry entry `name`; clips (ε_lo, ε_hi, c), else the preset's."""
+    lo, hi, c = clips or PRESET_CLIPS[name]
     logp, old, rollout = (_rows(lps[k]) for k in ARGS)
     out = []
     for b, row_keep in enumerate(keep):
@@ -204,19 +205,22 @@ def test_each_loss_reads_its_own_log_probs_hand_computed():
     # one row, old = [−1, −2], logp = [−0.9, −2.5], rollout = [−1.5, −1.0], A = [+1, −1]
     old, logp, rollout = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-0.9, -2.5]]), torch.tensor([[-1.5, -1.0]])
     adv, mask = torch.tensor([[1.0, -1.0]]), torch.ones(1, 2)
-    # ppo_clip: r = e^[0.1, −0.5] = [1.10517, 0.60653]; A = −1 and r < 0.8 → max(0.6065, 0.8) = 0.8
-    ppo, _ = POLICY_LOSSES["ppo_clip"](logp, old, rollout, adv, mask)
+    # ppo_clip (ε 0.2/0.28): r = e^[0.1, −0.5] = [1.10517, 0.60653]; A = −1 and r < 0.8 → max(0.6065, 0.8) = 0.8
+    ppo, _ = POLICY_LOSSES["ppo_clip"](logp, old, rollout, adv, mask, clip_low=0.2, clip_high=0.28, clip_dual=3.0,
+                                       upd_level="token")
     assert torch.allclose(ppo, torch.tensor([[-1.1051709, 0.8]]), atol=1e-6)
     # bypass (ε 0.5/3.0): r = e^(logp − rollout) = e^[0.6, −1.5] = [1.82212, 0.22313] → [−1.82212, max(0.223, 0.5)]
-    byp, _ = POLICY_LOSSES["bypass"](logp, old, rollout, adv, mask, upd_level="token")
+    byp, _ = POLICY_LOSSES["bypass"](logp, old, rollout, adv, mask, clip_low=0.5, clip_high=3.0, clip_dual=3.0,
+                                     upd_level="token")
     assert torch.allclose(byp, torch.tensor([[-1.8221188, 0.5]]), atol=1e-6)
-    # gspo: S̄ = (0.1 − 0.5)/2 = −0.2, s = 0.81873 on both; A = +1 → max(−0.8187, −0.9997) = −0.81873;
+    # gspo (ε 3e-4/4e-4): S̄ = (0.1 − 0.5)/2 = −0.2, s = 0.81873 on both; A = +1 → max(−0.8187, −0.9997) = −0.81873;
     # A = −1 → max(0.8187, 0.9997) = 0.9997 (no dual clip)
-    gs, _ = POLICY_LOSSES["gspo"](logp, old, rollout, adv, mask)
+    gs, _ = POLICY_LOSSES["gspo"](logp, old, rollout, adv, mask, clip_low=3e-4, clip_high=4e-4)
     assert torch.allclose(gs, torch.tensor([[-0.8187308, 0.9997]]), atol=1e-6)
-    # quatro, δ = 0.02 → τ = 5, target t = 0.3: r = 0.81873, r log r − r + 1 = 0.017523,
+    # quatro (geo, |log r| ≤ 5), δ = 0.02 → τ = 5, target t = 0.3: r = 0.81873, r log r − r + 1 = 0.017523,
     # ℓ = −5·(0.81873·0.3 − 0.017523) = −1.14048 on both tokens
-    qu, _ = POLICY_LOSSES["quatro"](logp, old, rollout, torch.full((1, 2), 0.3), mask, quatro_delta=0.02)
+    qu, _ = POLICY_LOSSES["quatro"](logp, old, rollout, torch.full((1, 2), 0.3), mask, upd_level="geo",
+                                    quatro_delta=0.02, quatro_log_ratio_clamp=5.0, quatro_grpo_scale=True)
     assert torch.allclose(qu, torch.full((1, 2), -1.1404806), atol=1e-6)
 
 
@@ -228,13 +232,15 @@ UPD_SCALE = {"gspo": 1e-3}  # GSPO's band is ±4e-4: smaller steps keep some rat
 
 
 def _registry_call(name, level, lps, mask, adv):
-    kwargs = {"quatro_delta": 0.02} if name == "quatro" else {}
+    # no entry states a default: every hyperparameter is passed, the reference formulas' values
+    if name == "quatro":
+        kwargs = {"upd_level": level, "quatro_delta": 0.02, "quatro_log_ratio_clamp": 5.0, "quatro_grpo_scale": True}
+    elif name == "sapo":
+        kwargs = {"sapo_tau_pos": SAPO_TAUS[0], "sapo_tau_neg": SAPO_TAUS[1]}
+    else:
+        kwargs = dict(zip(("clip_low", "clip_high"), PRESET_CLIPS[name][:2], strict=True))
     if name in ("ppo_clip", "bypass"):
-        kwargs["upd_level"] = level
-    if name.startswith("dppo_"):  # the 2026 entries state their hyperparameters: no signature defaults
-        kwargs |= dict(zip(("clip_low", "clip_high"), DEFAULT_CLIPS[name][:2], strict=True))
-    if name == "sapo":
-        kwargs |= {"sapo_tau_pos": SAPO_TAUS[0], "sapo_tau_neg": SAPO_TAUS[1]}
+        kwargs |= {"upd_level": level, "clip_dual": PRESET_CLIPS[name][2]}
     loss, _ = POLICY_LOSSES[name](lps["logp"], lps["old_logp"], lps["rollout_logp"], adv, mask, **kwargs)
     return loss
 

@@ -1,20 +1,59 @@
 """Loss registry: hand-computed values and registry-wide properties."""
 
+import functools
 import inspect
 import math
 
 import pytest
 import torch
+import yaml
 
-from trainer.config import AlgoConfig
+from trainer.config import CONFIG_DIR, AlgoConfig
+from trainer.corrections import compute_correction
 from trainer.losses import AGG_MODES, POLICY_LOSSES, aggregate, get_policy_loss, kl_penalty, ppo_clip
+from trainer.offpolicy_masks import m2po_keep, opsm_keep
+
+# the positional arguments of the registry, the corrections and the masks: tensors only
+TENSOR_ARGUMENTS = {"logp", "old_logp", "rollout_logp", "advantages", "mask", "ref_logp"}
+# keywords that are data, not hyperparameters: the detached correction weights, π_old for k3_is, the sum over
+# data-parallel ranks
+NOT_HYPERPARAMETERS = {"weights", "old_logp", "batch_sum"}
 
 
-def required(name):
-    """The hyperparameters an entry states no default for, from AlgoConfig's defaults (the config is their source)."""
+@functools.cache
+def preset_algo(name: str) -> AlgoConfig:
+    """AlgoConfig as the first preset (configs/algorithms/, by name) that selects loss `name` fills it."""
+    for path in sorted((CONFIG_DIR / "algorithms").glob("*.yaml")):
+        preset = yaml.safe_load(path.read_text())
+        if preset["policy_loss"] == name:
+            return AlgoConfig(**{k: v for k, v in preset.items() if k != "perturb"})
+    raise KeyError(f"no preset selects policy loss {name!r}")
+
+
+def required(name, **values):
+    """Every hyperparameter of entry `name`, as its preset sets them (the config is their one source), with
+    `values` instead where a case states its own."""
     params = inspect.signature(POLICY_LOSSES[name]).parameters.values()
-    return {p.name: getattr(AlgoConfig(), p.name) for p in params
-            if p.kind is p.KEYWORD_ONLY and p.default is p.empty}
+    names = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in NOT_HYPERPARAMETERS]
+    unknown = set(values) - set(names)
+    assert not unknown, f"{name} takes no {unknown}"
+    return {n: values.get(n, getattr(preset_algo(name), n)) for n in names}
+
+
+@pytest.mark.parametrize("fn", [*POLICY_LOSSES.values(), compute_correction, opsm_keep, m2po_keep, kl_penalty],
+                         ids=lambda fn: fn.__name__)
+def test_no_hyperparameter_has_a_signature_default(fn):
+    # a default in a signature would be a second source beside AlgoConfig (and the presets), one the trainer
+    # never reads: every hyperparameter is keyword-only and must be passed
+    params = inspect.signature(fn).parameters.values()
+    defaulted = [p.name for p in params if p.default is not p.empty and p.name not in NOT_HYPERPARAMETERS]
+    positional = [p.name for p in params if p.kind is not p.KEYWORD_ONLY and p.name not in TENSOR_ARGUMENTS]
+    assert defaulted == [] and positional == []
+
+
+def test_the_aggregation_mode_has_no_default():
+    mode = inspect.signature(aggregate).parameters["mode"]
+    assert mode.default is mode.empty  # algo.loss_agg, passed by the objective
 
 
 def _inputs(b=3, t=5, seed=0):
@@ -37,7 +76,7 @@ def test_ppo_clip_hand_computed():
     old = torch.zeros(1, 4)
     adv = torch.tensor([[1.0, -1.0, -1.0, 1.0]])
     mask = torch.ones(1, 4)
-    loss, metrics = ppo_clip(logp, old, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_dual=3.0)
+    loss, metrics = ppo_clip(logp, old, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_dual=3.0, upd_level="token")
     assert torch.allclose(loss, torch.tensor([[-1.28, 0.8, 3.0, -1.0]]), atol=1e-5)
     loss.sum().backward()
     # only the unclipped token (r = 1, A = +1) has gradient: d(−A·r)/dlogp = −r = −1
@@ -63,7 +102,8 @@ def test_token_mean_is_invariant_to_micro_batching():
     mask = (torch.rand(4, 6) > 0.3).float()
     whole = aggregate(loss, mask, "token-mean")
     n = mask.sum()
-    split = aggregate(loss[:2], mask[:2], n_tokens=n) + aggregate(loss[2:], mask[2:], n_tokens=n)
+    split = aggregate(loss[:2], mask[:2], "token-mean", n_tokens=n) + aggregate(loss[2:], mask[2:], "token-mean",
+                                                                           n_tokens=n)
     assert split.item() == pytest.approx(whole.item(), rel=1e-6)
 
 
@@ -75,7 +115,7 @@ def test_unknown_loss_lists_valid_names():
 def test_dual_clip_must_exceed_one():
     logp, old, rollout, adv, mask = _inputs()
     with pytest.raises(ValueError, match="> 1"):
-        ppo_clip(logp, old, rollout, adv, mask, clip_dual=0.9)
+        ppo_clip(logp, old, rollout, adv, mask, **required("ppo_clip", clip_dual=0.9))
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
@@ -85,7 +125,7 @@ def test_registry_finite_and_masked(name):
     assert loss.shape == logp.shape and torch.isfinite(loss).all()
     assert all(math.isfinite(v) for v in metrics.values())
     assert (loss[mask == 0] == 0).all()  # masked tokens contribute nothing
-    aggregate(loss, mask).backward()
+    aggregate(loss, mask, "token-mean").backward()
     assert (logp.grad[mask == 0] == 0).all()
 
 
@@ -93,7 +133,7 @@ def test_registry_finite_and_masked(name):
 def test_registry_zero_advantage_gives_zero_gradient(name):
     logp, old, rollout, adv, mask = _inputs()
     loss, _ = POLICY_LOSSES[name](logp, old, rollout, torch.zeros_like(adv), mask, **required(name))
-    aggregate(loss, mask).backward()
+    aggregate(loss, mask, "token-mean").backward()
     assert torch.count_nonzero(logp.grad) == 0
 
 
@@ -115,7 +155,7 @@ def test_ppo_clip_seq_level_hand_computed():
     old = torch.zeros(2, 2)
     logp = torch.tensor([[0.1, 0.2], [0.05, -0.05]], requires_grad=True)
     adv = torch.ones(2, 2)
-    loss, metrics = ppo_clip(logp, old, old, adv, torch.ones(2, 2), upd_level="seq")
+    loss, metrics = ppo_clip(logp, old, old, adv, torch.ones(2, 2), **required("ppo_clip", upd_level="seq"))
     assert torch.allclose(loss, torch.tensor([[-1.28, -1.28], [-1.0, -1.0]]), atol=1e-6)
     loss.sum().backward()
     assert torch.allclose(logp.grad, torch.tensor([[0.0, 0.0], [-1.0, -1.0]]), atol=1e-6)
@@ -128,7 +168,7 @@ def test_ppo_clip_geo_level_and_masked_padding():
     old = torch.zeros(1, 3)
     logp = torch.tensor([[0.4, 0.2, 9.0]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 0.0]])
-    loss, _ = ppo_clip(logp, old, old, -torch.ones(1, 3) * mask, mask, upd_level="geo")
+    loss, _ = ppo_clip(logp, old, old, -torch.ones(1, 3) * mask, mask, **required("ppo_clip", upd_level="geo"))
     assert torch.allclose(loss, torch.tensor([[math.exp(0.3), math.exp(0.3), 0.0]]), atol=1e-5)
 
 
@@ -153,7 +193,7 @@ def test_gspo_hand_computed():
     old = torch.zeros(4, 2)
     logp = torch.tensor([[6e-4, 0.0], [2e-3, 0.0], [4.0, 0.0], [30.0, 0.0]], requires_grad=True)
     adv = torch.tensor([[1.0], [1.0], [-1.0], [-1.0]]).expand(4, 2)
-    loss, _ = get_policy_loss("gspo")(logp, old, old, adv, torch.ones(4, 2))
+    loss, _ = get_policy_loss("gspo")(logp, old, old, adv, torch.ones(4, 2), clip_low=3e-4, clip_high=4e-4)
     expected = torch.tensor([[-math.exp(3e-4)] * 2, [-1.0004] * 2, [math.exp(2)] * 2, [math.exp(10)] * 2])
     assert torch.allclose(loss, expected, rtol=1e-5)
     loss[:2].sum().backward()
@@ -165,7 +205,8 @@ def test_weights_multiply_the_per_token_loss():
     # r = 1, A = +1 → ℓ = −1 per token; w = [2, 0.5] → [−2, −0.5]; weights are detached
     logp = torch.zeros(1, 2, requires_grad=True)
     w = torch.tensor([[2.0, 0.5]], requires_grad=True)
-    loss, _ = ppo_clip(logp, torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), weights=w)
+    loss, _ = ppo_clip(logp, torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), weights=w,
+                       **required("ppo_clip"))
     assert torch.allclose(loss, torch.tensor([[-2.0, -0.5]]))
     loss.sum().backward()
     assert w.grad is None and torch.allclose(logp.grad, torch.tensor([[-2.0, -0.5]]))
@@ -175,12 +216,12 @@ def test_kl_penalty_hand_computed():
     # d = logp − ref = [0.5, −1]; k1 = d; k2 = ½d² = [0.125, 0.5];
     # k3: u = ref − logp = [−0.5, 1] → e^u − u − 1 = [0.10653, 0.71828]
     logp, ref = torch.tensor([0.5, -1.0]), torch.zeros(2)
-    assert torch.allclose(kl_penalty(logp, ref, "k1"), torch.tensor([0.5, -1.0]))
-    assert torch.allclose(kl_penalty(logp, ref, "mse"), torch.tensor([0.125, 0.5]))
-    assert torch.allclose(kl_penalty(logp, ref, "low_var_kl"), torch.tensor([0.106531, 0.718282]), atol=1e-5)
-    assert kl_penalty(torch.tensor([-40.0]), torch.tensor([0.0]), "k3").item() == 10.0  # clamped to [−10, 10]
+    assert torch.allclose(kl_penalty(logp, ref, kind="k1"), torch.tensor([0.5, -1.0]))
+    assert torch.allclose(kl_penalty(logp, ref, kind="mse"), torch.tensor([0.125, 0.5]))
+    assert torch.allclose(kl_penalty(logp, ref, kind="low_var_kl"), torch.tensor([0.106531, 0.718282]), atol=1e-5)
+    assert kl_penalty(torch.tensor([-40.0]), torch.tensor([0.0]), kind="k3").item() == 10.0  # clamped to [−10, 10]
     with pytest.raises(ValueError, match="low_var_kl"):
-        kl_penalty(logp, ref, "k9")
+        kl_penalty(logp, ref, kind="k9")
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
@@ -209,10 +250,10 @@ def test_registry_clip_boundaries_hit(name, level):
     # A = +1 → all clipped high, no gradient; A = −1 → dual clip (c = 3) where the entry has one
     logp, old, rollout, _, mask = _inputs()
     base = old.detach()
-    kwargs = {} if name in FIXED_LEVEL else {"upd_level": level}
+    kwargs = required(name) if name in FIXED_LEVEL else required(name, upd_level=level)  # the preset's ε; c 3
     up = (base + 2.0).requires_grad_(True)
     loss, metrics = POLICY_LOSSES[name](up, base, base, torch.ones_like(mask) * mask, mask, **kwargs)
-    aggregate(loss, mask).backward()
+    aggregate(loss, mask, "token-mean").backward()
     assert metrics["clip_high"] == pytest.approx(1.0) and torch.count_nonzero(up.grad) == 0
     loss_neg, metrics_neg = POLICY_LOSSES[name](up, base, base, -mask, mask, **kwargs)
     if name == "gspo":

@@ -20,6 +20,7 @@ from trainer.objective import denominators, micro_batch_objective
 from trainer.types import Batch
 
 LAM_MIN, LAM_MAX = 1e-4, 1e4
+BOUNDS = {"quatro_log_ratio_clamp": 5.0, "quatro_grpo_scale": True}  # configs/algorithms/quatro.yaml
 
 
 def _random_groups(q=24, g=8, seed=0):
@@ -91,7 +92,7 @@ def test_lambda_to_infinity_makes_the_update_vanish():
         opt = torch.optim.SGD([logp], lr=0.1)
         for _ in range(20):
             opt.zero_grad()
-            loss, _ = loss_fn(logp, old, old, target, mask, upd_level="token", quatro_delta=0.02)
+            loss, _ = loss_fn(logp, old, old, target, mask, upd_level="token", quatro_delta=0.02, **BOUNDS)
             aggregate(loss, mask, "seq-mean-token-mean").backward()
             opt.step()
         moved = (logp - old).abs().max().item()
@@ -107,13 +108,14 @@ def test_stabilized_loss_hand_computed():
     old = torch.zeros(2, 1)
     adv = torch.tensor([[0.3], [-0.4]])
     loss, metrics = get_policy_loss("quatro")(logp, old, old, adv, torch.ones(2, 1), upd_level="token",
-                                              quatro_delta=0.02)
+                                              quatro_delta=0.02, **BOUNDS)
     assert torch.allclose(loss, torch.tensor([[-1.594887], [2.0]]), atol=1e-5)
     loss.sum().backward()
     assert torch.allclose(logp.grad, torch.tensor([[1.648721], [2.0]]), atol=1e-5)
     assert metrics["quatro_overshoot_frac"] == pytest.approx(0.5)
     with pytest.raises(ValueError, match="quatro_delta"):
-        get_policy_loss("quatro")(logp, old, old, adv, torch.ones(2, 1), quatro_delta=0.0)
+        get_policy_loss("quatro")(logp, old, old, adv, torch.ones(2, 1), upd_level="token", quatro_delta=0.0,
+                                  **BOUNDS)
 
 
 def test_fixed_point_is_the_exact_trust_region_solution():
@@ -127,7 +129,8 @@ def test_fixed_point_is_the_exact_trust_region_solution():
     opt = torch.optim.Adam([logp], lr=0.02)
     for _ in range(600):
         opt.zero_grad()
-        loss, _ = get_policy_loss("quatro")(logp, old, old, target, mask, upd_level="token", quatro_delta=delta)
+        loss, _ = get_policy_loss("quatro")(logp, old, old, target, mask, upd_level="token", quatro_delta=delta,
+                                            **BOUNDS)
         aggregate(loss, mask, "seq-mean-token-mean").backward()
         opt.step()
     assert torch.allclose((logp - old).detach().squeeze(-1), t.float(), atol=2e-3)

@@ -8,11 +8,12 @@ import pytest
 import torch
 from tiny_tir import SMALL
 
-from trainer.config import build_config
+from trainer.config import AlgoConfig, build_config
 from trainer.corrections import compute_correction
 from trainer.errors import ConfigError
 from trainer.logger import read_metrics
 from trainer.loop import train
+from trainer.objective import correction_kwargs
 from trainer.rejection import divergence_rejection, parse_rs
 
 # ℓ = log π_train(θ_old) − log μ per token; 5.0 sits on padding, the last row is empty
@@ -60,8 +61,8 @@ def test_options_combine_with_and_and_take_one_threshold_each():
 
 def test_rejected_tokens_leave_the_loss_mask_whatever_the_correction():
     old = torch.full((4, 3), -1.0)
-    corr = compute_correction(old, old - DELTA, MASK, correction="tis", rollout_rs="token_k2",
-                              rollout_rs_threshold="0.1")
+    algo = AlgoConfig(correction="tis", rollout_rs="token_k2", rollout_rs_threshold="0.1")
+    corr = compute_correction(old, old - DELTA, MASK, **correction_kwargs(algo))
     assert corr.keep.tolist() == keep_of("token_k2", "0.1") and corr.weights[1, 0] == 0
     assert corr.metrics["rollout_corr/rollout_rs_token_k2_masked_fraction"] == pytest.approx(1 / 7)
 
@@ -88,8 +89,6 @@ def test_a_run_with_rejection_trains_and_logs_its_fractions(tmp_path, sft_dir):
 
 
 def test_icepop_preset_masks_the_ratio_outside_half_to_five_and_weights_by_it_inside():
-    from trainer.objective import correction_kwargs
-
     algo = build_config(None, ["algorithm=icepop"]).algo
     rho = torch.tensor([[0.3, 1.0, 2.0, 6.0]])  # π_train(θ_old)/μ per token
     old = torch.full((1, 4), -1.0)

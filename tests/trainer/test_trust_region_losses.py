@@ -114,15 +114,15 @@ def test_the_importance_corrected_kl_weights_k3_by_the_ratio_to_the_old_policy()
     # u = ref − logp = −0.2: k3 = e^u − u − 1 = 0.018731; π_θ/π_old = e^0.3 = 1.34986 → 0.025284
     logp = _row(-1.0).requires_grad_(True)
     ref, old = _row(-1.2), _row(-1.3)
-    k3 = kl_penalty(logp, ref, "k3")
-    corrected = kl_penalty(logp, ref, "k3_is", old_logp=old)
+    k3 = kl_penalty(logp, ref, kind="k3")
+    corrected = kl_penalty(logp, ref, kind="k3_is", old_logp=old)
     assert k3.item() == pytest.approx(math.exp(-0.2) + 0.2 - 1)
     assert corrected.item() == pytest.approx((math.exp(-0.2) + 0.2 - 1) * math.exp(0.3))
     corrected.sum().backward()  # the ratio is not detached: d/dlogp [k3·r] = (1 − e^u)·r + k3·r
     r = math.exp(0.3)
     assert logp.grad.item() == pytest.approx((1 - math.exp(-0.2)) * r + (math.exp(-0.2) + 0.2 - 1) * r)
     with pytest.raises(ValueError, match="k3_is needs old_logp"):
-        kl_penalty(logp, ref, "k3_is")
+        kl_penalty(logp, ref, kind="k3_is")
 
 
 def _batch(rollout, mask, adv):

@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
+from trainer.config import AlgoConfig
 from trainer.corrections import compute_correction, correction_log_value, turn_segments
 from trainer.errors import ConfigError
+from trainer.objective import correction_kwargs
 
 # one row, two turns around an observation token (9.0 on it never counts); an empty row
 MASK = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
@@ -30,13 +32,12 @@ def test_turn_level_is_the_product_per_turn_and_turn_geo_its_mean():
 
 def test_turn_level_masking_rejects_one_turn_and_keeps_the_other():
     old = torch.full((2, 5), -1.0)
-    corr = compute_correction(old, old - DELTA, MASK, correction="mis", corr_level="turn",
-                              corr_upper=math.exp(0.25), mis_semantics="verl")
+    verl_mis = {"correction": "mis", "corr_upper": math.exp(0.25), "mis_semantics": "verl"}
+    corr = compute_correction(old, old - DELTA, MASK, **correction_kwargs(AlgoConfig(corr_level="turn", **verl_mis)))
     assert corr.keep[0].tolist() == [0.0, 0.0, 0.0, 1.0, 1.0]  # turn 1's v = e^0.3 > e^0.25
     assert corr.weights[0, 3].item() == pytest.approx(math.exp(0.2), rel=1e-5)
     # at sequence level the whole episode goes (v = e^0.5)
-    seq = compute_correction(old, old - DELTA, MASK, correction="mis", corr_level="seq",
-                             corr_upper=math.exp(0.25), mis_semantics="verl")
+    seq = compute_correction(old, old - DELTA, MASK, **correction_kwargs(AlgoConfig(corr_level="seq", **verl_mis)))
     assert seq.keep[0].sum() == 0
 
 

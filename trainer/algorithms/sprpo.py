@@ -70,7 +70,7 @@ def layer_input_rms(model: nn.Module, batch: Batch) -> Tensor:
 
 def k3_mean(clean_logp: Tensor, other_logp: Tensor, mask: Tensor) -> float:
     """mean_m k3 estimate of KL(π_clean ‖ π_other) on the sampled tokens (sampled from ≈ π_clean), (B, T)."""
-    return masked_mean(kl_penalty(clean_logp, other_logp, "k3"), mask).item()
+    return masked_mean(kl_penalty(clean_logp, other_logp, kind="k3"), mask).item()
 
 
 @torch.no_grad()
