@@ -19,7 +19,13 @@ from typing import Any
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
-from agents.experts import ExpertPlayer, play_household_expert, play_tir_expert, play_webshop_expert
+from agents.experts import (
+    ExpertPlayer,
+    play_household_expert,
+    play_math_expert,
+    play_tir_expert,
+    play_webshop_expert,
+)
 from agents.household_agent import HOUSEHOLD_SYSTEM_PROMPT, HouseholdAgent, StepContext
 from agents.projection import ActionProjection
 from agents.rollout import Agent
@@ -93,9 +99,9 @@ _WEBSHOP = dict(agent_class=WebShopAgent, system_prompt=lambda style: WEBSHOP_SY
 ENTRIES: tuple[EnvEntry, ...] = (
     EnvEntry("alprl/TIRMath-v0", "tir", TIRAgent, _tir_kwargs, lambda style: get_style(style).system_prompt,
              styled=True, expert=play_tir_expert, task_types=tuple(TIR_TASK_TYPES), datasets=True),
-    # one turn, no tool: no SFT expert (start from a model: model.path, e.g. a TIR warm start or Qwen2.5-Math)
+    # one turn, no tool; its expert writes a line of working and the boxed answer (envs/tir/working.py)
     EnvEntry("alprl/Math-v0", "math", SingleTurnMathAgent, _problem_kwargs, lambda style: SINGLE_TURN_SYSTEM_PROMPT,
-             task_types=tuple(TIR_TASK_TYPES), datasets=True, multi_turn=False),
+             expert=play_math_expert, task_types=tuple(TIR_TASK_TYPES), datasets=True, multi_turn=False),
     EnvEntry("alprl/Household-v0", "household",
              env_kwargs=lambda e: {"task_types": e.task_types or None} | _step_limit(e),
              expert=play_household_expert, task_types=tuple(HOUSEHOLD_TASK_TYPES), **_HOUSEHOLD),
@@ -153,7 +159,8 @@ def expert_player(env_id: str) -> ExpertPlayer:
     entry = env_entry(env_id)
     if entry.expert is None and entry.env_id not in ADAPTER_TWINS:
         raise ValueError(f"no SFT expert for {entry.env_id}: `alprl sft` cannot build its warm start. Start from a "
-                         "model instead (model.path=<dir>), e.g. an `alprl sft` warm start built on alprl/TIRMath-v0")
+                         "model instead (model.path=<dir>), e.g. a warm start `alprl sft` built on an env that has "
+                         f"one ({', '.join(e.env_id for e in ENTRIES if e.expert is not None)})")
     if entry.expert is None:
         twin = ADAPTER_TWINS.get(entry.env_id, "its generated twin")
         raise ValueError(f"no SFT expert for {entry.env_id}: it plays the real environment. Warm-start on its "

@@ -20,7 +20,7 @@ import gymnasium as gym
 from agents.household_agent import command_turn
 from envs.household import expert_action as household_expert
 from envs.splits import derive_seed, sft_index
-from envs.tir.expert import expert_turns
+from envs.tir.expert import expert_turns, single_turn_reply
 from envs.tir.tasks import generate_task
 from envs.webshop import expert_action as webshop_expert
 
@@ -66,6 +66,19 @@ def play_tir_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
             break
         observations.append(obs)
     return ExpertEpisode(question, turns[: len(observations) + 1], observations, float(reward))
+
+
+def play_math_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
+    """One imperfect single-turn episode (`alprl/Math-v0`): a line of working and the boxed answer in one reply,
+    graded by the real env; `sft.p_skip_tool` boxes a guess without the working, `sft.p_wrong_copy` miscopies the
+    worked result (`envs.tir.expert.single_turn_reply`)."""
+    question = sft_reset(env, index)
+    task = generate_task("train", sft_index(index), difficulty=cfg.env.difficulty or None,
+                         task_types=cfg.env.task_types or None)
+    reply = single_turn_reply(task, rng=expert_rng(cfg, index), p_skip_tool=cfg.sft.p_skip_tool,
+                              p_wrong_copy=cfg.sft.p_wrong_copy, varied_phrasing=cfg.sft.varied_phrasing)
+    _, reward, *_ = env.step(reply)
+    return ExpertEpisode(question, [reply], [], float(reward))
 
 
 def _play_commands(env: gym.Env, question: str, next_command: Callable[[], str],

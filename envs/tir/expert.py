@@ -1,14 +1,20 @@
-"""Scripted TIR solver for SFT data (reference/environments.md §5, "TIR" and "Imperfect experts").
+"""Scripted math solvers for SFT data (reference/environments.md §5, "TIR" and "Imperfect experts").
 
-A successful episode is two assistant turns: a short sentence plus the task's `solution_code` as a tool call
-ending exactly at the style's stop string; then, after the tool output, a short sentence with
-`\\boxed{answer}`. The answer turn copies the tool output, which for generated tasks is the gold answer
-(tests run the code through the real env to prove it).
+TIR (`alprl/TIRMath-v0`, `expert_turns`): a successful episode is two assistant turns: a short sentence plus the
+task's `solution_code` as a tool call ending exactly at the style's stop string; then, after the tool output, a
+short sentence with `\\boxed{answer}`. The answer turn copies the tool output, which for generated tasks is the
+gold answer (tests run the code through the real env to prove it).
 
 Imperfections (so the SFT policy leaves headroom for RL):
 - `p_skip_tool`: answer at once without the tool, with a plausible wrong guess (an estimate rounded to two
   significant digits, or a digit slip; fractions become a one-decimal approximation). Always wrong.
 - `p_wrong_copy`: run the tool, then copy its result wrongly (drop or change one digit). Always wrong.
+
+Single turn (`alprl/Math-v0`, `single_turn_reply`): no tool, so the one reply is a line of working
+(`envs.tir.working.working_line`: the problem broken into steps, ending in the gold answer), then the same answer
+sentence with `\\boxed{answer}`. The same two imperfections, read for a reply without a tool:
+- `p_skip_tool`: skip the working and box a guess at once (`guess_without_tool`). Always wrong.
+- `p_wrong_copy`: work it out, then copy the result into the box wrongly. Always wrong.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from fractions import Fraction
 from envs.splits import derive_seed
 from envs.tir.styles import get_style
 from envs.tir.tasks import TIRTask
+from envs.tir.working import working_line
 
 CODE_SENTENCES = ("Let me compute this with Python.", "I will use Python.", "Let me run the code.")
 ANSWER_SENTENCES = ("The answer is \\boxed{%s}.", "So the answer is \\boxed{%s}.")
@@ -86,9 +93,7 @@ def expert_turns(task: TIRTask, style: str = "simpletir", *, rng: random.Random 
     to copy far sooner (the CPU demo uses it).
     """
     get_style(style)  # unknown style -> ValueError listing the valid ones
-    for name, p in (("p_skip_tool", p_skip_tool), ("p_wrong_copy", p_wrong_copy)):
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
+    _check_probabilities(p_skip_tool, p_wrong_copy)
     rng = rng if rng is not None else random.Random(derive_seed("tir-expert", task.task_id))
     phrasing = rng if varied_phrasing else None
     if rng.random() < p_skip_tool:
@@ -96,3 +101,23 @@ def expert_turns(task: TIRTask, style: str = "simpletir", *, rng: random.Random 
     code_turn = expert_code_turn(task, style, phrasing)
     copied = _digit_slip(task.answer, rng) if rng.random() < p_wrong_copy else task.answer
     return [code_turn, expert_answer_turn(copied, phrasing)]
+
+
+def single_turn_reply(task: TIRTask, *, rng: random.Random | None = None, p_skip_tool: float = 0.0,
+                      p_wrong_copy: float = 0.0, varied_phrasing: bool = True) -> str:
+    """The one reply of a single-turn expert episode for `task`: a line of working, then the boxed answer (see
+    the module docstring). `rng` and `varied_phrasing` as in `expert_turns` (the draws come in the same order:
+    skip, then miscopy, so one seed skips the same tasks in both envs)."""
+    _check_probabilities(p_skip_tool, p_wrong_copy)
+    rng = rng if rng is not None else random.Random(derive_seed("single-turn-expert", task.task_id))
+    phrasing = rng if varied_phrasing else None
+    if rng.random() < p_skip_tool:
+        return expert_answer_turn(guess_without_tool(task.answer, rng), phrasing)
+    copied = _digit_slip(task.answer, rng) if rng.random() < p_wrong_copy else task.answer
+    return f"{working_line(task)}.\n{expert_answer_turn(copied, phrasing)}"
+
+
+def _check_probabilities(p_skip_tool: float, p_wrong_copy: float) -> None:
+    for name, p in (("p_skip_tool", p_skip_tool), ("p_wrong_copy", p_wrong_copy)):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
