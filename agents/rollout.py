@@ -1,4 +1,5 @@
-"""Multi-turn rollout driver: the ONLY place that builds `loss_mask`.
+"""Multi-turn rollout driver: the ONLY place that builds `loss_mask` (through `Trajectory.append`; a whole episode
+leaves the loss through `Trajectory.mask_out`, here and in DAPO's overlong filter, trainer/dapo.py).
 
 Each turn of an episode: its context (prompt + response so far) goes to the engine; the sampled tokens are
 appended with mask 1 and their engine log-probs; the decoded turn text goes to `env.step`; the observation is
@@ -7,7 +8,8 @@ is never decoded and re-encoded into the trajectory. Each turn also records its 
 the state key (`agents.trajectory.state_key`) of the state it acted on (a step's `info["anchor_obs"]` where the env
 gives one, else the full observation, before any cap), for step-level
 advantages. With `RolloutLimits.mask_void_turns`, an episode that ended
-on a void turn (no code, no answer) gets loss_mask 0 everywhere: as in SimpleTIR, such a trajectory teaches nothing.
+on a void turn (no code, no answer) gets loss_mask 0 everywhere (`Trajectory.mask_out`): as in SimpleTIR, such a
+trajectory teaches nothing.
 An episode whose tool call the sandbox could not run (`info["sandbox_error"]` from the env: status SandboxError once
 the client's retries are spent, docs/sandbox.md) ends at that turn with reward 0 and is masked the same way, always:
 an outage is not a policy outcome. Both keep their reward-0 place in their group's advantage statistics, as void

@@ -1,17 +1,18 @@
 """The RL loop, top to bottom. `train_step` is one iteration: the rollout, then `learn`; each stage is a named
 call:
 
-    rollout → batch → advantages → old log-probs → corrections → (QUATRO duals) → (SPrPO allocation)
-    → diagnostics → update → engine sync (the sampler's view: trainer/sampler_mismatch.py), with MIPU's
-    screening as one explicit branch around update + sync
+    rollout → batch (`prepare_batch`: old log-probs → advantages → corrections → (QUATRO duals))
+    → (SPrPO allocation) → diagnostics → update → engine sync (the sampler's view: trainer/sampler_mismatch.py),
+    with MIPU's screening as one explicit branch around update + sync (validation rollouts → the same
+    `prepare_batch` → gap proxy → keep or roll back)
 
 With `rollout.async_rollouts` the rollout stage takes the batch a background producer sampled ahead, and the
 engine sync is the producer's (trainer/async_rollouts.py: the schedule, the staleness bound, resume).
 
-Stages return what they compute; `learn` alone assigns it to the batch (the rollout, and DAPO's overlong filter
-through the same `Trajectory.mask_out`, alone write its loss mask). Components (model, engine, envs, agent) come
-from `trainer/components.py`, task selection from `trainer/tasks.py`, per-algorithm state (`AlgorithmState`) is
-saved with every checkpoint.
+Stages return what they compute; `prepare_batch` alone assigns it to the batch, for the update and for MIPU's
+validation batch alike (the rollout, and DAPO's overlong filter through the same `Trajectory.mask_out`, alone write
+its loss mask). Components (model, engine, envs, agent) come from `trainer/components.py`, task selection from
+`trainer/tasks.py`, per-algorithm state (`AlgorithmState`) is saved with every checkpoint.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from envs.splits import derive_seed
 from evaluation.evaluate import evaluation_records, summarize
 from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.algorithms import AlgorithmState
-from trainer.algorithms.mipu import candidate_snapshot, screen_candidate
+from trainer.algorithms.mipu import (
+    MipuHistory,
+    Snapshot,
+    candidate_snapshot,
+    screen_candidate,
+    validation_gap,
+    validation_rollouts,
+)
 from trainer.algorithms.quatro import quatro_targets
 from trainer.async_rollouts import AsyncRollouts, start_async
 from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
@@ -94,11 +102,12 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
     return run(specs, seed), {}
 
 
-def compute_advantages(batch: Batch, cfg: TrainConfig,
-                       trajs: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
+def compute_advantages(batch: Batch, cfg: TrainConfig, trajs: list[Trajectory],
+                       per_episode: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
     """Advantages over the sampled tokens, (B, T): GRPO's group advantage per episode, or with
-    `algo.advantage=gigpo` GiGPO's per turn (trainer/gigpo.py, which reads the trajectories' turns)."""
-    if cfg.algo.advantage == "gigpo":
+    `algo.advantage=gigpo` GiGPO's per turn (trainer/gigpo.py, which reads the trajectories' turns) unless
+    `per_episode` asks for the episode's own."""
+    if cfg.algo.advantage == "gigpo" and not per_episode:
         return gigpo_token_advantages(batch, cfg.algo, trajs)
     adv, metrics = group_advantages(batch.rewards, batch.group_ids, norm_by_std=cfg.algo.adv_norm_by_std,
                                     leave_one_out=cfg.algo.adv_leave_one_out)
@@ -160,27 +169,54 @@ def step_timing(trajs: list[Trajectory], start: float, sampled: float, end: floa
             "perf/rollout_tokens_per_s": tokens / max(sampled - start, 1e-9), "perf/peak_memory_gib": peak / 2**30}
 
 
-def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int,
-          sync: bool = True) -> StepResult:
-    """Everything of a step after its rollouts: advantages, θ_old log-probs, corrections, the update, weight sync
-    (`sync=False`: the caller syncs, as asynchronous rollouts do)."""
-    metrics = rollout_metrics(trajs)  # the episodes' own rewards, before any shaping
-    metrics |= overlong_shaping(cfg, trajs)  # DAPO's overlong filter and soft punishment (no-op when off)
+def prepare_batch(c: Components, cfg: TrainConfig, trajs: list[Trajectory],
+                  for_update: bool = True) -> tuple[Batch, dict[str, float]]:
+    """Rollouts → the Batch every later stage reads, and its metrics: `collate`, then the one writer of each later
+    field: old_logp (θ as it is now), ref_logp and the KL reward (with a reference), advantages, corr_weights /
+    corr_keep (`prepare_corrections`, once per rollout batch) and quatro_targets (algo.quatro_delta > 0).
+
+    `for_update=False` is MIPU's validation batch, which only its gap proxy reads: prepared after the update, its
+    old_logp is log π_{k+1}; its advantages are GRPO's per episode even under GiGPO (the proxy weighs whole
+    episodes); the fields only the update reads (ref_logp, the KL reward, corrections, QUATRO targets) stay unset.
+    """
     batch = collate(trajs, c.tokenizer.pad_token_id)
+    metrics: dict[str, float] = {}
     batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
-    if c.reference is not None:  # KL to the frozen start (algo.kl_coef): its log-probs beside θ_old's
+    if for_update and c.reference is not None:  # KL to the frozen start (algo.kl_coef): its log-probs beside θ_old's
         batch.ref_logp = reference_logprobs(c.reference, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
         if cfg.algo.kl_in_reward:
             batch.rewards, kl_metrics = kl_reward_penalty(cfg.algo, batch)
             metrics |= kl_metrics
-    batch.advantages, adv_metrics = compute_advantages(batch, cfg, trajs)
+    batch.advantages, adv_metrics = compute_advantages(batch, cfg, trajs, per_episode=not for_update)
     metrics |= adv_metrics
+    if not for_update:
+        return batch, metrics
     batch.corr_weights, batch.corr_keep, corr_metrics = prepare_corrections(
         cfg.algo, batch, batch_sum=c.dist.all_reduce_sum if c.dist.enabled else None)
     metrics |= corr_metrics
     if cfg.algo.quatro_delta:  # QUATRO: per-query duals → trust-region target log-ratios
         batch.quatro_targets, quatro_metrics = quatro_targets(cfg.algo, batch)
         metrics |= quatro_metrics
+    return batch, metrics
+
+
+def mipu_screening(c: Components, cfg: TrainConfig, history: MipuHistory, snapshot: Snapshot,
+                   step: int) -> dict[str, float]:
+    """MIPU's screen of the candidate, already synced to the engine: fresh validation groups sampled from it,
+    prepared as the update's batch is (`for_update=False`), their gap proxy T̂, then keep or roll back."""
+    val, val_metrics = prepare_batch(c, cfg, validation_rollouts(c, cfg, step), for_update=False)
+    t_post, metrics = validation_gap(val, val_metrics, c.dist)
+    return metrics | screen_candidate(c, cfg, history, snapshot, step, t_post)
+
+
+def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int,
+          sync: bool = True) -> StepResult:
+    """Everything of a step after its rollouts: the prepared batch (θ_old log-probs, advantages, corrections), the
+    update, weight sync (`sync=False`: the caller syncs, as asynchronous rollouts do)."""
+    metrics = rollout_metrics(trajs)  # the episodes' own rewards, before any shaping
+    metrics |= overlong_shaping(cfg, trajs)  # DAPO's overlong filter and soft punishment (no-op when off)
+    batch, batch_metrics = prepare_batch(c, cfg, trajs)
+    metrics |= batch_metrics
     if cfg.perturb.sprpo_adaptive:  # SPrPO: σ per layer from a sensitivity probe (every sprpo_every steps)
         metrics |= algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step, c.dist)
     metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
@@ -196,7 +232,7 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
     if sync:
         c.sync_engine()
     if snapshot is not None:  # MIPU: keep the candidate only if the deployed policy's gap proxy passes
-        metrics |= screen_candidate(c, cfg, algos.mipu, snapshot, step)
+        metrics |= mipu_screening(c, cfg, algos.mipu, snapshot, step)
     return StepResult(step, metrics)
 
 

@@ -6,8 +6,10 @@ that decides *what* is optimized lives here, driven by `AlgoConfig` fields only 
 branches on a preset's name):
 
 - `prepare_corrections(algo, batch)`: once per rollout batch, after the old log-probs: correction weights
-  w and rejection mask m′ (`trainer/corrections.py`), which `learn` (trainer/loop.py) stores as `corr_weights` /
-  `corr_keep`.
+  w and rejection mask m′ (`trainer/corrections.py`), which `prepare_batch` (trainer/loop.py) stores as
+  `corr_weights` / `corr_keep`. Nothing below computes them again: batch normalization needs the whole rollout
+  batch and verl-semantics rejection must leave m′ before the denominators are counted, so a batch without them
+  is refused rather than corrected per micro-batch.
 - `denominators(batch, rows)`: the mini-batch token / sequence counts over m′, so verl-semantics MIS
   rejections leave the denominator and micro-batching cannot change the loss.
 - `micro_batch_objective(...)`: the scalar loss of one micro-batch and its metrics. Dr.GRPO's
@@ -57,8 +59,8 @@ def correction_kwargs(algo: AlgoConfig) -> dict:
 def prepare_corrections(algo: AlgoConfig, batch: Batch,
                         batch_sum: BatchSum | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """w and m′ once for the rollout batch (needs `batch.old_logp`): (weights (B, T), keep (B, T), `rollout_corr/*`),
-    which the caller stores as `batch.corr_weights` / `batch.corr_keep`. `batch_sum` sums over data-parallel
-    ranks (batch-normalized weights use the global mean)."""
+    which `prepare_batch` (trainer/loop.py) stores as `batch.corr_weights` / `batch.corr_keep`. `batch_sum` sums
+    over data-parallel ranks (batch-normalized weights use the global mean)."""
     if batch.old_logp is None:
         raise ValueError("prepare_corrections: batch.old_logp is None; run the old-log-prob stage first")
     corr = compute_correction(batch.old_logp, batch.rollout_logp, batch.loss_mask, **correction_kwargs(algo),
@@ -69,37 +71,20 @@ def prepare_corrections(algo: AlgoConfig, batch: Batch,
     return corr.weights * m2_keep, m2_keep, corr.metrics | {f"rollout_corr/{k}": v for k, v in m2_metrics.items()}
 
 
-def effective_mask(batch: Batch) -> torch.Tensor:
-    """m′ when corrections were prepared, else the loss mask m, (B, T)."""
-    keep = getattr(batch, "corr_keep", None)
-    return batch.loss_mask if keep is None else keep
+def prepared_corrections(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w, m′) that `prepare_corrections` computed for the rollout batch, (B, T) each; a batch without them is an
+    error (the module docstring says why they are never computed per micro-batch)."""
+    if batch.corr_weights is None or batch.corr_keep is None:
+        raise ValueError("the batch has no corr_weights / corr_keep: call prepare_corrections(algo, batch) once per "
+                         "rollout batch, after the old log-probs, and store them on the batch before the update "
+                         "(trainer/loop.py prepare_batch does)")
+    return batch.corr_weights, batch.corr_keep
 
 
 def denominators(batch: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(N_tok, B′) of the mini-batch `rows` over m′: valid tokens and non-empty rows (reference §2.3)."""
-    mask = effective_mask(batch)[rows]  # (b, T)
+    mask = prepared_corrections(batch)[1][rows]  # (b, T)
     return mask.sum().clamp(min=1.0), (mask.sum(-1) > 0).sum().clamp(min=1).float()
-
-
-def _micro_correction(algo: AlgoConfig, sub: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights, m′) of a micro-batch: the prepared ones, else computed on the micro-batch.
-
-    Per-row corrections are pure functions of each row, so computing them here is exact; only batch
-    normalization needs the whole rollout batch, and verl-semantics rejection needs m′ before the
-    mini-batch denominators are counted (`denominators` reads m when nothing was prepared).
-    """
-    weights, keep = getattr(sub, "corr_weights", None), getattr(sub, "corr_keep", None)
-    if keep is None:
-        if algo.corr_batch_norm:
-            raise ValueError("algo.corr_batch_norm needs prepare_corrections(algo, batch) once per rollout batch")
-        if algo.mis_semantics == "verl" and (algo.correction == "mis" or algo.corr_veto):
-            raise ValueError("algo.mis_semantics=verl rejects tokens, which must leave the mini-batch "
-                             "denominators: call prepare_corrections(algo, batch) once per rollout batch first")
-        corr = compute_correction(sub.old_logp, sub.rollout_logp, sub.loss_mask, **correction_kwargs(algo))
-        weights, keep = corr.weights, corr.keep
-    # always applied: without a correction w is 1 on m′ (an exact no-op), except that a paper-semantics
-    # veto zeroes its rows through w, which must then reach the loss
-    return weights, keep
 
 
 def agg_norm_len(algo: AlgoConfig, norm_len: int | None = None) -> int | None:
@@ -124,7 +109,8 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
     """Scalar loss of one micro-batch (its share of the mini-batch loss) and its metrics.
 
     logp, entropy: (b, T) from the update forward (perturbed for ALP); `sub` carries old_logp,
-    rollout_logp, advantages, loss_mask (b, T) and, once prepared, corr_weights / corr_keep.
+    rollout_logp, advantages, loss_mask and the prepared corr_weights / corr_keep (b, T). Without a correction w
+    is 1 on m′ (an exact no-op), except that a paper-semantics veto zeroes its rows through w.
     `n_tokens` / `n_seqs` are the mini-batch denominators over m′ (`denominators`). `norm_len` is
     seq-mean-token-sum-norm's T_norm (`agg_norm_len`: falls back to `algo.loss_agg_norm_len`).
     """
@@ -133,7 +119,7 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
         raise ValueError(f"policy loss {algo.policy_loss!r} needs algo.loss_agg={required}, got {algo.loss_agg}")
     t_norm = agg_norm_len(algo, norm_len)
     loss_fn = get_policy_loss(algo.policy_loss)
-    weights, keep = _micro_correction(algo, sub)
+    weights, keep = prepared_corrections(sub)
     old = masked_fill_zero(sub.old_logp, keep)  # non-finite log-probs of rejected tokens never reach the loss
     rollout = masked_fill_zero(sub.rollout_logp, keep)
     # QUATRO drives each sample's log-ratio toward its trust-region target instead of weighting by an advantage

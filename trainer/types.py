@@ -25,20 +25,23 @@ class Batch:
     response_start: (B,)   index in input_ids of each row's first response token (= prompt length).
     response_len:   (B,)   number of response tokens of each row.
     response_ids:   (B, T) response ids, right-padded.
-    loss_mask:      (B, T) m: 1 on sampled tokens, 0 on observation tokens and padding.
+    loss_mask:      (B, T) m: 1 on sampled tokens, 0 on observation tokens and padding (built by
+                    agents/rollout.py; `Trajectory.mask_out` zeroes a whole episode).
     rollout_logp:   (B, T) engine log-probs of sampled tokens, 0.0 elsewhere.
-    rewards:        (B,)   scalar outcome rewards.
+    rewards:        (B,)   scalar outcome rewards (less the KL penalty with algo.kl_in_reward).
     group_ids:      (B,)   GRPO group of each row.
-    advantages:     (B, T) filled by the advantage stage (A_b broadcast over t, times m).
-    old_logp:       (B, T) trainer log-probs at rollout time (no grad), filled by the old-log-prob stage.
-    corr_weights:   (B, T) detached off-policy correction weights w (TIS/MIS), once per rollout batch.
-    corr_keep:      (B, T) m′ = m ⊙ keep: the loss mask after rejection (equals m without rejection).
+    advantages:     (B, T) A_b broadcast over t, times m (GiGPO's per turn with algo.advantage=gigpo).
+    old_logp:       (B, T) trainer log-probs at rollout time (no grad, unperturbed; `update.old_logprobs`).
+    corr_weights:   (B, T) detached off-policy correction weights w (TIS/MIS), once per rollout batch
+                    (`objective.prepare_corrections`).
+    corr_keep:      (B, T) m′ = m ⊙ keep: the loss mask after rejection (equals m without rejection), with w.
     quatro_targets: (B, T) QUATRO's trust-region target log-ratios t_b·m, which its loss reads in place of the
                     advantages (None unless algo.quatro_delta > 0).
     ref_logp:       (B, T) log-probs of the frozen reference policy (no grad; None unless algo.kl_coef > 0).
 
-    `collate` fills the rollout's fields; every later field is assigned by `trainer/loop.py`'s `learn` only,
-    from what its stages return.
+    `collate` fills the rollout's fields from the trajectories; every later field (and the KL-penalized rewards)
+    is assigned by `trainer/loop.py`'s `prepare_batch` only, from what its stages return, for the update's batch
+    and for MIPU's validation batch alike.
     """
 
     input_ids: torch.Tensor

@@ -1,8 +1,9 @@
 """One rollout batch → several optimizer steps (mini-batches, each accumulated over micro-batches).
 
-Stages used by the loop: `old_logprobs` (no grad, unperturbed) and `update_policy` (loss → backward →
-global grad clip → non-finite guard → optimizer step). What is optimized lives in `objective.py`;
-this module never branches on algorithm names.
+Stages used by the loop: `old_logprobs` (no grad, unperturbed; `prepare_batch` in trainer/loop.py stores them as
+`batch.old_logp`) and `update_policy` (loss → backward → global grad clip → non-finite guard → optimizer step) on
+the batch `prepare_batch` made, corrections included. What is optimized lives in `objective.py`; this module never
+branches on algorithm names.
 
 With `distributed.mixed_precision=fp16` a grad scaler (`trainer/distributed.py` build_grad_scaler) makes it
 verl's sequence: scale(loss).backward() per micro-batch → unscale → clip → step unless a gradient overflowed →
@@ -86,6 +87,9 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
                   diag_rows: int = 0, ctx: DistContext = SINGLE,
                   scaler: ShardedGradScaler | None = None) -> dict[str, float]:
     """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
+
+    `batch` is a prepared rollout batch: old_logp, advantages and the corrections of `prepare_corrections`
+    (corr_weights / corr_keep, once per rollout batch; a batch without them is refused).
 
     With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
     seeded per micro-batch (`noise_base + i`) so recomputation sees the same noise. `diagnose` holds the key

@@ -118,6 +118,7 @@ def test_seq_mis_verl_rejects_whole_rows_and_shrinks_denominators():
     assert torch.allclose(verl.weights, torch.tensor([[0.0, 0.0], [2.0, 2.0]]), atol=1e-6)
     assert verl.metrics["rollout_corr/rollout_rs_seq_masked_fraction"] == 0.5
     batch = _batch(old, torch.zeros(2, 2), torch.ones(2, 2))
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(AlgoConfig(), batch)  # no correction: m′ = m
     assert [x.item() for x in denominators(batch, torch.arange(2))] == [4.0, 2.0]
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(AlgoConfig(**kw, mis_semantics="verl"), batch)
     assert [x.item() for x in denominators(batch, torch.arange(2))] == [2.0, 1.0]  # rejected row left
@@ -233,7 +234,7 @@ def test_every_preset_gives_a_finite_objective_with_gradient(preset):
 
 @pytest.mark.parametrize("preset", ["token_mis", "seq_tis", "token_mis_tokenlevel"])
 def test_micro_batching_matches_the_whole_batch(preset):
-    # corrections prepared once for the rollout batch or recomputed per micro-batch: same loss
+    # corrections prepared once for the rollout batch, the loss split into micro-batches: same loss
     algo = build_config(None, [f"algorithm={preset}", "algo.mis_semantics=verl"]).algo
     batch, logp = _random_batch(seed=3)
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)

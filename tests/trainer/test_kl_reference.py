@@ -12,7 +12,7 @@ from tiny_tir import SMALL
 from trainer.config import AlgoConfig, build_config
 from trainer.logger import read_metrics
 from trainer.loop import train
-from trainer.objective import micro_batch_objective
+from trainer.objective import micro_batch_objective, prepare_corrections
 from trainer.reference import kl_reward_penalty
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
@@ -25,6 +25,7 @@ def _loss(**algo):
     batch = _batch(OLD, OLD, MASK, torch.tensor([[1.0], [-1.0]]) * MASK)
     batch.ref_logp = REF
     cfg = AlgoConfig(**algo)
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(cfg, batch)
     loss, metrics = micro_batch_objective(cfg, batch, LOGP, torch.zeros_like(LOGP), n_tokens=MASK.sum(),
                                           n_seqs=torch.tensor(2.0))
     return loss.item(), metrics

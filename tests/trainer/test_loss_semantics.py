@@ -296,7 +296,7 @@ def _objective(algo_kwargs, lps, mask, adv, prepared):
                   response_ids=torch.zeros(3, 4, dtype=torch.long), loss_mask=mask,
                   rollout_logp=lps["rollout_logp"], rewards=torch.zeros(3), group_ids=torch.zeros(3, dtype=torch.long),
                   advantages=adv, old_logp=lps["old_logp"])
-    if prepared:  # once per rollout batch, as the loop does; needed by batch norm
+    if prepared:  # once per rollout batch, as prepare_batch does
         corr = compute_correction(batch.old_logp, batch.rollout_logp, mask, **correction_kwargs(algo))
         batch.corr_weights, batch.corr_keep = corr.weights, corr.keep
     n_tokens, n_seqs = denominators(batch, torch.arange(3))
@@ -311,22 +311,13 @@ def _case(name):
     return kwargs, *_tensors(scale)
 
 
-def _needs_preparing(kwargs):
-    rejects = kwargs.get("mis_semantics") == "verl" and (kwargs.get("correction") == "mis"
-                                                         or kwargs.get("corr_veto"))
-    return bool(kwargs.get("corr_batch_norm") or rejects)
-
-
 @pytest.mark.parametrize("case", sorted(CORRECTION_CASES))
 def test_objective_matches_the_reference_formula(case):
     kwargs, lps, mask, adv = _case(case)
     expected = ref_objective(kwargs, lps, MASK, ADV)
     assert _objective(kwargs, lps, mask, adv, prepared=True) == pytest.approx(expected, rel=1e-5, abs=1e-7)
-    if _needs_preparing(kwargs):  # the whole batch's mean, or m′ before the denominators are counted
-        with pytest.raises(ValueError, match="prepare_corrections"):
-            _objective(kwargs, lps, mask, adv, prepared=False)
-    else:  # computed per micro-batch instead of prepared: the same
-        assert _objective(kwargs, lps, mask, adv, prepared=False) == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    with pytest.raises(ValueError, match="prepare_corrections"):  # never recomputed per micro-batch
+        _objective(kwargs, lps, mask, adv, prepared=False)
 
 
 CORRECTING = sorted(c for c, kw in CORRECTION_CASES.items() if "correction" in kw or "corr_veto" in kw)

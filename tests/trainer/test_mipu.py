@@ -22,10 +22,10 @@ from trainer.algorithms.mipu import (
     acceptance_threshold,
     candidate_snapshot,
     gap_proxy,
-    screen_candidate,
 )
 from trainer.components import Components, build_optimizer, make_envs
 from trainer.config import build_config
+from trainer.loop import mipu_screening
 from trainer.objective import prepare_corrections
 from trainer.tasks import episode_specs, validation_specs
 from trainer.types import collate
@@ -98,7 +98,7 @@ def _screened(c, history, overrides, step):
                             temperature=cfg.rollout.temperature, micro_batch_size=8, grad_clip=1.0)
     candidate = {k: v.detach().clone() for k, v in c.model.named_parameters()}
     c.sync_engine()
-    return metrics | screen_candidate(c, cfg, history, snapshot, step), candidate
+    return metrics | mipu_screening(c, cfg, history, snapshot, step), candidate
 
 
 def _state(c):

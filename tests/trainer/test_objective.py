@@ -10,7 +10,7 @@ from torch import nn
 from trainer.config import AlgoConfig
 from trainer.corrections import compute_correction
 from trainer.logprobs import compute_logprobs
-from trainer.objective import correction_kwargs, denominators, micro_batch_objective
+from trainer.objective import correction_kwargs, denominators, micro_batch_objective, prepare_corrections
 from trainer.types import Batch
 from trainer.update import old_logprobs, update_policy
 
@@ -51,6 +51,8 @@ EXPECTED = sum(ROW_SUMS) / (2 * 8)
 
 def _objective(algo, batch, logp, rows=None, **kw):
     rows = torch.arange(len(batch)) if rows is None else rows
+    if batch.corr_keep is None:  # once per rollout batch, as prepare_batch does
+        batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
     n_tokens, n_seqs = denominators(batch, torch.arange(len(batch)))  # mini-batch = the whole batch
     sub = batch.select(rows)
     lp = logp[rows][:, : sub.loss_mask.shape[1]]
@@ -95,6 +97,7 @@ def test_seq_mean_token_sum_norm_entropy_term_uses_the_same_constant():
     # H = 0.5 on every token: row sums 1.5 and 1.0 → agg = 2.5 / 16; loss = EXPECTED − 0.1 · 2.5 / 16
     algo = AlgoConfig(loss_agg=NORM, loss_agg_norm_len=8, entropy_coef=0.1)
     batch, logp = _worked_example()
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
     n_tokens, n_seqs = denominators(batch, torch.arange(3))
     entropy = torch.full_like(logp, 0.5)
     loss, _ = micro_batch_objective(algo, batch, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs)
@@ -156,6 +159,7 @@ def test_seq_mean_token_sum_norm_through_update_policy():
     batch = _lm_batch()
     batch.old_logp = old_logprobs(model, batch, temperature=1.0, micro_batch_size=1)
     algo = AlgoConfig(loss_agg=NORM, loss_agg_norm_len=8)
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     before = model.table.weight.detach().clone()
     out = update_policy(model, optimizer, batch, torch.arange(3), algo=algo, temperature=1.0, micro_batch_size=1,

@@ -16,7 +16,7 @@ from trainer.algorithms.quatro import (
 )
 from trainer.config import build_config
 from trainer.losses import aggregate, get_policy_loss
-from trainer.objective import denominators, micro_batch_objective
+from trainer.objective import denominators, micro_batch_objective, prepare_corrections
 from trainer.types import Batch
 
 LAM_MIN, LAM_MAX = 1e-4, 1e4
@@ -161,6 +161,7 @@ def test_quatro_targets_batch_end_to_end_and_realized_kl():
     assert mat[0, 0] > 0 > mat[0, 1] and mat[0, 1] == mat[0, 2]  # winner up, losers equally down
     logp = (batch.old_logp + 0.1 * torch.randn(batch.old_logp.shape)).requires_grad_(True)
     rows = torch.arange(len(batch))
+    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
     n_tokens, n_seqs = denominators(batch, rows)
     loss, loss_metrics = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tokens,
                                                n_seqs=n_seqs)

@@ -1,12 +1,13 @@
 """Algorithm steps that are more than a loss: MIPU screening, QUATRO duals, SPrPO σ allocation.
 
-`learn` (trainer/loop.py) calls each as a named stage, switched by config fields only, never by the preset's
-name:
+trainer/loop.py calls each as a named stage, switched by config fields only, never by the preset's name:
 
-- `algo.quatro_delta > 0`: per-query duals → `batch.quatro_targets` (quatro.py `quatro_targets`).
+- `algo.quatro_delta > 0`: per-query duals → `batch.quatro_targets` (quatro.py `quatro_targets`, called by
+  `prepare_batch`, the one writer of the batch's fields).
 - `perturb.sprpo_adaptive`: sensitivity probe + σ allocation every `sprpo_every` steps (sprpo.py `Allocator`).
 - `algo.mipu_screen`: the update becomes a candidate, screened on validation groups and rolled back (weights,
-  optimizer state, engine) when rejected (mipu.py `take_snapshot` … `screen_candidate`).
+  optimizer state, engine) when rejected (`learn` → `mipu_screening`; mipu.py `take_snapshot` …
+  `screen_candidate`).
 
 Their per-run state is one `AlgorithmState`, saved in the trainer checkpoint.
 """

@@ -7,12 +7,13 @@ optimizes the second bracket, step 2 (this module) screens the first, the gap be
 - **Step 1** is a preset, not code: `ppo_clip` (dual clip on the token update ratio r only) times the
   token-level truncated mismatch weight w̄ = min(exp⟦Δ_mis⟧, 2) (`correction: tis`, `corr_level: token`,
   `corr_upper: 2`), seq-mean-token-mean (configs/algorithms/mipu.yaml).
-- **Step 2** (`learn`'s MIPU branch, trainer/loop.py): `take_snapshot` of (θ_k, optimizer moments, perturbation
-  state) on the CPU → the update stage → sync θ_{k+1} to the engine (μ_{k+1}) → `screen_candidate`: sample fresh
-  validation groups from it → reward, group advantages Â → one no-grad unperturbed trainer forward for log π_{k+1} →
-  ρ_i = exp⟦(1/n_i) Σ_t m (log π_{k+1} − log μ_{k+1})⟧, T̂ = −mean_i(ρ_i Â_i) → accept iff T̂ ≥ −c(k),
-  c(k) = c_0 + (c_1 − c_0)·min(k/K, 1). On rejection: restore θ_k, the optimizer state (moments and step
-  counts) and the perturbation, re-sync the engine; the batch is discarded.
+- **Step 2** (`learn`'s MIPU branch, `mipu_screening` in trainer/loop.py): `take_snapshot` of (θ_k, optimizer
+  moments, perturbation state) on the CPU → the update stage → sync θ_{k+1} to the engine (μ_{k+1}) → sample
+  fresh validation groups from it (`validation_rollouts`) → the update batch's own preparation (`prepare_batch`
+  with `for_update=False`: rewards, group advantages Â, one no-grad unperturbed trainer forward for log π_{k+1})
+  → `validation_gap`: ρ_i = exp⟦(1/n_i) Σ_t m (log π_{k+1} − log μ_{k+1})⟧, T̂ = −mean_i(ρ_i Â_i) →
+  `screen_candidate`: accept iff T̂ ≥ −c(k), c(k) = c_0 + (c_1 − c_0)·min(k/K, 1). On rejection: restore θ_k,
+  the optimizer state (moments and step counts) and the perturbation, re-sync the engine; the batch is discarded.
 
 Choices where the paper is silent, [R] (settings in `AlgoConfig.mipu_*`): validation prompts are drawn
 from the *training* split, never the test split, excluding this step's training prompts, resampled every
@@ -39,15 +40,14 @@ import torch
 from torch import Tensor, nn
 
 from agents.rollout import run_episodes
+from agents.trajectory import Trajectory
 from envs.splits import derive_seed
-from trainer.advantages import group_advantages
 from trainer.components import Components
 from trainer.config import TrainConfig
-from trainer.distributed import rank_share
+from trainer.distributed import DistContext, rank_share
 from trainer.losses import LOG_RATIO_CLAMP
 from trainer.tasks import rollout_limits, validation_specs
-from trainer.types import collate
-from trainer.update import old_logprobs
+from trainer.types import Batch
 
 
 def _to_cpu(obj: Any) -> Any:
@@ -137,8 +137,8 @@ def gap_proxy(new_logp: Tensor, rollout_logp: Tensor, mask: Tensor, adv: Tensor)
                     "mipu/val_rows": float(rows.sum())}
 
 
-def validation_gap(c: Components, cfg: TrainConfig, step: int) -> tuple[float, dict[str, float]]:
-    """Sample validation groups from the (already synced) engine and return T̂ with `mipu/val_*` metrics."""
+def validation_rollouts(c: Components, cfg: TrainConfig, step: int) -> list[Trajectory]:
+    """This rank's fresh validation episodes, sampled from the (already synced) engine, μ_{k+1}."""
     specs, first = rank_share(validation_specs(cfg, step), c.dist)  # data parallel: this rank's groups
     limits = dataclasses.replace(rollout_limits(cfg), mask_void_turns=False)  # every sample of μ counts
     trajs = []
@@ -146,17 +146,27 @@ def validation_gap(c: Components, cfg: TrainConfig, step: int) -> tuple[float, d
         trajs += run_episodes(c.engine, c.agent, c.envs, specs[start: start + len(c.envs)], limits,
                               seed=derive_seed("mipu-validation-sampling", cfg.seed, step, first + start),
                               pool=c.pool)
-    batch = collate(trajs, c.tokenizer.pad_token_id)
-    algo = cfg.algo
-    adv, adv_metrics = group_advantages(batch.rewards, batch.group_ids, norm_by_std=algo.adv_norm_by_std,
-                                        leave_one_out=algo.adv_leave_one_out)
-    new_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
-    t_post, stats = gap_proxy(new_logp, batch.rollout_logp, batch.loss_mask, adv)
-    if c.dist.enabled:  # T̂ over every rank's rows: one accept/reject decision for all
-        total = c.dist.all_reduce_sum(torch.tensor([t_post * stats["mipu/val_rows"], stats["mipu/val_rows"]],
-                                                   dtype=torch.float64))
+    return trajs
+
+
+def episode_advantages(batch: Batch) -> Tensor:
+    """Â (B,) back from the prepared advantages A_bt = Â_b·m_bt (B, T): the value at a row's first sampled token,
+    exact since m is 0/1; 0 on a row without one, which `gap_proxy` leaves out anyway."""
+    first = batch.loss_mask.argmax(-1, keepdim=True)  # (B, 1): the first maximum, a sampled token if any
+    sampled = batch.loss_mask.gather(1, first) > 0  # (B, 1)
+    return torch.where(sampled, batch.advantages.gather(1, first), 0.0).squeeze(1)
+
+
+def validation_gap(batch: Batch, batch_metrics: dict[str, float],
+                   dist: DistContext) -> tuple[float, dict[str, float]]:
+    """T̂ with `mipu/val_*` metrics from the validation batch that `prepare_batch(..., for_update=False)`
+    (trainer/loop.py) made after the update: its old_logp is log π_{k+1}, its rollout_logp log μ_{k+1}."""
+    t_post, stats = gap_proxy(batch.old_logp, batch.rollout_logp, batch.loss_mask, episode_advantages(batch))
+    if dist.enabled:  # T̂ over every rank's rows: one accept/reject decision for all
+        total = dist.all_reduce_sum(torch.tensor([t_post * stats["mipu/val_rows"], stats["mipu/val_rows"]],
+                                                 dtype=torch.float64))
         t_post = float(total[0] / total[1]) if total[1] > 0 else 0.0
-    stats |= {"mipu/val_degenerate_frac": adv_metrics["adv/degenerate_group_frac"],
+    stats |= {"mipu/val_degenerate_frac": batch_metrics["adv/degenerate_group_frac"],
               "mipu/val_reward": batch.rewards.mean().item()}
     return t_post, stats
 
@@ -186,12 +196,12 @@ def candidate_snapshot(c: Components) -> Snapshot:
     return take_snapshot(c.model, c.optimizer, c.extra_modules())
 
 
-def screen_candidate(c: Components, cfg: TrainConfig, history: MipuHistory, snapshot: Snapshot,
-                     step: int) -> dict[str, float]:
-    """Keep the candidate θ_{k+1} (already updated and synced to the engine) iff T̂ ≥ −c(k); else restore
-    `snapshot` (weights, optimizer moments, perturbation) and re-sync the engine. Returns `mipu/*` metrics."""
+def screen_candidate(c: Components, cfg: TrainConfig, history: MipuHistory, snapshot: Snapshot, step: int,
+                     t_post: float) -> dict[str, float]:
+    """Keep the candidate θ_{k+1} (already updated and synced to the engine) iff its T̂ (`validation_gap`) ≥ −c(k);
+    else restore `snapshot` (weights, optimizer moments, perturbation) and re-sync the engine. Returns `mipu/*`
+    metrics."""
     algo = cfg.algo
-    t_post, metrics = validation_gap(c, cfg, step)
     threshold = acceptance_threshold(step - 1, algo.mipu_threshold_start, algo.mipu_threshold_end,
                                      algo.mipu_anneal_steps)
     accepted = accepts(t_post, threshold)
@@ -199,5 +209,5 @@ def screen_candidate(c: Components, cfg: TrainConfig, history: MipuHistory, snap
         restore_snapshot(snapshot, c.model, c.optimizer, c.extra_modules())
         c.sync_engine()
     rate = history.record(accepted, algo.mipu_rollback_window)
-    return metrics | {"mipu/t_post": t_post, "mipu/threshold": threshold, "mipu/accepted": float(accepted),
-                      "mipu/rollback_rate": rate}
+    return {"mipu/t_post": t_post, "mipu/threshold": threshold, "mipu/accepted": float(accepted),
+            "mipu/rollback_rate": rate}
