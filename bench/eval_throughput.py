@@ -3,7 +3,7 @@
 - Policy: the tiny TIR policy of bench/rollout_throughput.py (SFT-ed until it uses the tool), or any model via
   --model. Problems: --problems generated arithmetic test problems written to a question/answer JSONL file, so the
   dataset path of `alprl eval` is what runs (`--bench arith=FILE`), --k samples each.
-- Single-turn mode: `alprl eval`'s own plan and runner (trainer.eval_plan.plan_eval, evaluation.eval_run.run_benchmarks:
+- Single-turn mode: `alprl eval`'s own plan and runner (app.eval_plan.plan_eval, evaluation.eval_run.run_benchmarks:
   env resets, chat prompts, the rollout driver, grading, the JSONL record store) on one VLLMEngine, every episode
   in one engine call (--batch = all episodes); then, on the same engine, `LLM.generate` on the same prompt token
   ids with the SamplingParams the engine builds for them (the same per-request seeds, temperature, top_p, token
@@ -32,15 +32,15 @@ from rollout_throughput import TOOL_POLICY, wait_for_warm_sandbox
 
 from agents.engines.base import GenerationRequest
 from agents.rollout import episode_seed
+from app.cli import build_parser
+from app.eval_cli import build_engine
+from app.eval_plan import plan_eval
 from envs.splits import derive_seed
 from envs.tir.tasks import generate_task
 from evaluation.eval_run import run_benchmarks
 from evaluation.eval_store import RecordStore
 from evaluation.evaluate import evaluation_specs
-from trainer.cli import build_parser
 from trainer.config import build_config
-from trainer.eval_cli import build_engine
-from trainer.eval_plan import plan_eval
 from trainer.sft import run_sft
 
 

@@ -26,11 +26,11 @@ COMMON=(model.path="$OUT/model" rollout.engine=vllm rollout.dtype=bfloat16 rollo
         rollout.gpu_memory_utilization=0.3 rollout.max_model_len=2048 rollout.prompts_per_step=16
         rollout.group_size=8 rollout.max_new_tokens=256 rollout.max_response_tokens=768 optim.micro_batch_size=16
         optim.lr=1e-6 distributed.mixed_precision=bf16 steps=3 save_every=3 eval_tasks=0 algorithm=grpo)
-timeout 240 "$PY" -m trainer.cli train --no-progress "${COMMON[@]}" output_dir="$OUT/one_rank" > "$OUT/one_rank.log" 2>&1 \
+timeout 240 "$PY" -m app.cli train --no-progress "${COMMON[@]}" output_dir="$OUT/one_rank" > "$OUT/one_rank.log" 2>&1 \
     || { tail -30 "$OUT/one_rank.log"; exit 1; }
 RUNS=("$OUT/one_rank")
 if [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
-    timeout 240 "$PY" -m torch.distributed.run --nproc-per-node 2 -m trainer.cli train --no-progress "${COMMON[@]}" \
+    timeout 240 "$PY" -m torch.distributed.run --nproc-per-node 2 -m app.cli train --no-progress "${COMMON[@]}" \
         distributed.world_size=2 output_dir="$OUT/two_ranks" > "$OUT/two_ranks.log" 2>&1 \
         || { tail -30 "$OUT/two_ranks.log"; exit 1; }
     RUNS+=("$OUT/two_ranks")

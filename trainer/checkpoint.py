@@ -217,7 +217,7 @@ def load_trainer_state(path: str | Path, optimizer: torch.optim.Optimizer, model
     sharded = state.get("sharded", 0)
     if bool(sharded) != ctx.fsdp:
         how = f"by {sharded} FSDP rank(s)" if sharded else "by one unsharded process"
-        run = (f"torchrun --nproc-per-node {sharded} -m trainer.cli train ... --resume" if sharded else
+        run = (f"torchrun --nproc-per-node {sharded} -m app.cli train ... --resume" if sharded else
                "alprl train ... --resume (no torchrun, distributed.fsdp=auto)")
         raise ConfigError(f"--resume: {path} was written {how}; resume it as it ran ({run}), or start a new run "
                          f"from its Hugging Face weights (model.path={path})")

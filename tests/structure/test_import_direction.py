@@ -1,6 +1,6 @@
 """The package layering and the absence of import circles, read from the source with `ast`.
 
-Imports point one way, `sandbox ← envs ← agents ← evaluation ← trainer` (docs/architecture.md): a module may import its own
+Imports point one way, `sandbox ← envs ← agents ← evaluation ← trainer ← app` (docs/architecture.md): a module may import its own
 package and the packages to its left. Every import counts — module level, inside functions, under
 `TYPE_CHECKING` — since a deferred import is still a dependency and a type-only one still couples the modules.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["sandbox", "envs", "agents", "evaluation", "trainer"]
+LAYERS = ["sandbox", "envs", "agents", "evaluation", "trainer", "app"]
 
 
 def module_name(path: Path, root: Path) -> str:

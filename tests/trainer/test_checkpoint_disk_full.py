@@ -114,7 +114,7 @@ def test_other_save_failures_are_not_reported_as_a_full_disk(tmp_path, tiny_toke
 def test_cli_train_on_a_full_disk_prints_one_line_and_exits_2(small_disk, tiny_model_dir, tiny_tokenizer):
     model, optimizer = _tiny(tiny_tokenizer)
     out = small_disk(int(tensor_bytes([model.state_dict(), optimizer.state_dict()]) * 1.6))  # one fits
-    cmd = [sys.executable, "-m", "trainer.cli", "train", "--no-progress", f"model.path={tiny_model_dir}",
+    cmd = [sys.executable, "-m", "app.cli", "train", "--no-progress", f"model.path={tiny_model_dir}",
            f"output_dir={out}", "steps=3", "save_every=1", "torch_threads=1", *SMALL,
            "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -36,7 +36,7 @@ class Run:
     """An `alprl train` subprocess past its engine start; `spawned` is its process tree, killed at `close`."""
 
     def __init__(self, tmp_path, model_dir, stop_timeout_s: float | None = None) -> None:
-        cmd = [sys.executable, "-m", "trainer.cli", "train", "--no-progress", f"model.path={model_dir}",
+        cmd = [sys.executable, "-m", "app.cli", "train", "--no-progress", f"model.path={model_dir}",
                f"output_dir={tmp_path / 'run'}", "rollout.engine=vllm", "steps=1000", "eval_tasks=0",
                "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=16",
                "rollout.max_response_tokens=64", "optim.micro_batch_size=4", "torch_threads=1"]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from shipped_configs import data_overrides, shipped_configs
 
-from trainer.cli import main
+from app.cli import main
 from trainer.config import CONFIG_DIR, ConfigError, build_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def test_every_config_file_loads(tmp_path):
 
 
 def test_cli_bad_key_exits_2_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "train", "--dry-run", "optim.bogus=1"],
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "train", "--dry-run", "optim.bogus=1"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -122,7 +122,7 @@ def test_a_recipe_naming_an_unknown_preset_is_refused_with_its_path(tmp_path):
 def test_an_experiment_cell_runs_its_method_as_the_preset_defines_it():
     """alprl experiment puts the cell's preset above the recipe: the household recipe's own loss_agg does not
     reach a GRPO cell, while alprl train with that recipe keeps it."""
-    from trainer.experiment_run import cell_config
+    from app.experiment_run import cell_config
 
     recipe = str(CONFIG_DIR / "household_tiny.yaml")
     assert build_config(recipe, ["algorithm=grpo"]).algo.loss_agg == "seq-mean-token-mean"

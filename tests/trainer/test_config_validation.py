@@ -10,7 +10,7 @@ import pytest
 from shipped_configs import data_overrides, shipped_configs
 
 from agents.env_families import env_entry
-from trainer.cli import main
+from app.cli import main
 from trainer.config import ConfigError, algorithm_presets, build_config
 from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
 from trainer.losses import AGG_MODES, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
@@ -210,7 +210,7 @@ def test_every_range_names_a_config_field_and_the_defaults_pass():
 
 @pytest.mark.parametrize("overrides,key", [ACCEPTANCE[0], ACCEPTANCE[-1]])
 def test_the_installed_cli_exits_2_with_one_line(overrides, key):
-    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "train", "--dry-run", *overrides],
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "train", "--dry-run", *overrides],
                           capture_output=True, text=True, cwd=ROOT)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and f"{key}=" in lines[0], proc.stderr

@@ -8,8 +8,8 @@ import json
 import pytest
 from tiny_tir import SMALL
 
+from app.cli import main
 from envs.datasets import fingerprint
-from trainer.cli import main
 from trainer.run_meta import RUN_META_FILE, read_run_meta, source_commit
 
 pytestmark = pytest.mark.smoke

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.cli import main
+from app.cli import main
 from trainer.config import build_config
 from trainer.tasks import episode_specs, train_indices, validation_specs
 
@@ -118,7 +118,7 @@ def test_dataset_settings_that_fit_pass(capsys, files, overrides):
 
 
 def test_the_installed_cli_refuses_a_missing_dataset_with_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "trainer.cli", "train", "--dry-run",
+    proc = subprocess.run([sys.executable, "-m", "app.cli", "train", "--dry-run",
                            f"env.dataset={tmp_path / 'gone.jsonl'}"], capture_output=True, text=True, cwd=ROOT)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "env.dataset=" in lines[0] and proc.stdout == ""
@@ -126,7 +126,7 @@ def test_the_installed_cli_refuses_a_missing_dataset_with_one_line(tmp_path):
 
 @pytest.mark.parametrize("overrides,says", [
     (["env.dataset={big}", "eval_tasks=0"], "has no solution code"),
-    (["env.id=alprl/Math-v0"], "no SFT expert for alprl/Math-v0"),
+    (["env.id=alprl/ALFWorld-v0", "env.task_types=[]"], "no SFT expert for alprl/ALFWorld-v0"),  # real: use its twin
 ])
 @pytest.mark.parametrize("command", [["sft"], ["sft", "--dry-run"], ["demo", "--dry-run"]])
 def test_sft_refuses_what_its_expert_cannot_play_before_it_starts(capsys, files, tmp_path, overrides, says, command):

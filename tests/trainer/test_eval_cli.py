@@ -25,8 +25,8 @@ import pytest
 
 from agents.env_families import make_agent, make_env
 from agents.models import load_model_and_tokenizer, save_pretrained
+from app.cli import main
 from evaluation.scores import benchmark_scores
-from trainer.cli import main
 from trainer.config import build_config
 from trainer.run_config import write_run_config
 from trainer.sft import train_on_sequences
@@ -134,7 +134,7 @@ def test_sigterm_midway_then_rerun_ends_with_the_numbers_of_an_uninterrupted_run
     whole = check_outputs(tmp_path / "whole", capsys.readouterr().out)
 
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "trainer.cli", *eval_args(checkpoint, benches, out, "--engine", "hf", "--batch", "4")]
+    cmd = [sys.executable, "-m", "app.cli", *eval_args(checkpoint, benches, out, "--engine", "hf", "--batch", "4")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     records = out / "records.jsonl"
     while proc.poll() is None and not (records.is_file() and records.read_text().count("\n") >= 4):
@@ -190,8 +190,8 @@ def test_single_mode_on_a_plain_hugging_face_model(tiny_model_dir, tmp_path, cap
 
 
 def test_the_plan_plays_the_runs_settings_with_the_benchmark_file_swapped_in(tiny_model_dir, tmp_path):
-    from trainer.cli import build_parser
-    from trainer.eval_plan import plan_eval
+    from app.cli import build_parser
+    from app.eval_plan import plan_eval
 
     a, b = write_benchmarks(tmp_path)
     model = tmp_path / "ckpt"

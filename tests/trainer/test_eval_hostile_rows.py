@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from app.cli import main
 from tests.envs.hostile_rows import FORMATS, HOSTILE, math500_rows, write_rows
-from trainer.cli import main
 
 pytestmark = pytest.mark.smoke
 

@@ -8,13 +8,13 @@ import shutil
 
 import pytest
 
+from app import experiment_run
+from app.cli import main, parse_args
+from app.experiment import SUITES, thirds
+from app.experiment_run import build_plan
 from evaluation.experiment_report import ROBUSTNESS_FIGURE, scale_words
 from evaluation.experiment_stats import compare, tag_problems, verdict
 from evaluation.report import write_report
-from trainer import experiment_run
-from trainer.cli import main, parse_args
-from trainer.experiment import SUITES, thirds
-from trainer.experiment_run import build_plan
 from trainer.run_meta import source_commit
 
 ALP_METHODS = ["grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp", "dppo_tv"]

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from app.cli import main, parse_args
+from app.experiment import ABLATION_RELATIVE_SIGMA
+from app.experiment_run import build_plan
 from evaluation.experiment_figures import SIGMA_FIGURE
-from trainer.cli import main, parse_args
-from trainer.experiment import ABLATION_RELATIVE_SIGMA
-from trainer.experiment_run import build_plan
 
 REL = f"rel{ABLATION_RELATIVE_SIGMA:g}"
 

@@ -16,12 +16,12 @@ import pytest
 from agents.env_families import expert_player
 from agents.experts import play_math_expert
 from agents.rollout import RolloutLimits
+from app.cli import main, parse_args
+from app.experiment_run import build_plan, cell_config
 from envs.boxed import extract_boxed
 from evaluation.evaluate import evaluation_records
-from trainer.cli import main, parse_args
 from trainer.components import build_components
 from trainer.config import CONFIG_DIR, build_config
-from trainer.experiment_run import build_plan, cell_config
 from trainer.sft import play_expert, run_sft
 
 RECIPE = CONFIG_DIR / "math_tiny.yaml"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from shipped_configs import data_overrides
 
-from trainer.cli import PLAN_SEPARATOR, main
+from app.cli import PLAN_SEPARATOR, main
 from trainer.config import ConfigError, build_config
 from trainer.memory_plan import GIB, format_plan, plan_memory
 from trainer.model_shape import KNOWN_SHAPES, ModelShape, model_shape
@@ -24,7 +24,7 @@ def _recipe(path: Path, tmp_path: Path, *overrides: str):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainer.cli", "train", "--dry-run", *args],
+    return subprocess.run([sys.executable, "-m", "app.cli", "train", "--dry-run", *args],
                           capture_output=True, text=True, cwd=ROOT)
 
 

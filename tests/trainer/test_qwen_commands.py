@@ -11,7 +11,7 @@ import json
 import pytest
 
 from agents.models import load_model_and_tokenizer
-from trainer.cli import main
+from app.cli import main
 
 pytestmark = pytest.mark.slow
 

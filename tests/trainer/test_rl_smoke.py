@@ -18,8 +18,8 @@ from tiny_tir import SMALL, SMALL_SFT_STEPS
 
 from agents.engines.base import GenerationRequest
 from agents.rollout import RolloutLimits, run_episodes
+from app.cli import main
 from trainer.algorithms import AlgorithmState
-from trainer.cli import main
 from trainer.components import build_components
 from trainer.config import build_config
 from trainer.logger import read_metrics

@@ -11,7 +11,7 @@ import json
 import pytest
 from tiny_tir import SMALL
 
-from trainer.cli import main
+from app.cli import main
 from trainer.config import ConfigError, build_config, to_dict
 from trainer.loop import train
 from trainer.run_config import RUN_CONFIG_FILE, eval_settings, load_run_config
@@ -63,7 +63,7 @@ def test_robustness_clean_condition_reproduces_the_runs_own_held_out_records(tra
 
 
 def test_options_and_overrides_change_the_run_config(trained_run, tmp_path):
-    from trainer.cli import build_parser, robustness_settings
+    from app.cli import build_parser, robustness_settings
 
     _, run = trained_run
     ckpt = str(run / "checkpoints" / "step_1")

@@ -30,7 +30,7 @@ def uid_base() -> int:
 
 
 def cli_train(overrides: list[str]) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "trainer.cli", "train", "--no-progress", "--resume", *overrides]
+    cmd = [sys.executable, "-m", "app.cli", "train", "--no-progress", "--resume", *overrides]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -86,7 +86,7 @@ def test_a_sandbox_that_refuses_the_key_ends_the_run_in_one_line(tmp_path, sft_d
         overrides = [*SMALL, f"sft.output_dir={sft_dir}", f"output_dir={tmp_path}", "steps=1",
                      f"env.sandbox_url={srv.url}"]
         env = {k: v for k, v in os.environ.items() if k != "SANDBOX_API_KEY"}
-        proc = subprocess.run([sys.executable, "-m", "trainer.cli", "train", "--no-progress", *overrides],
+        proc = subprocess.run([sys.executable, "-m", "app.cli", "train", "--no-progress", *overrides],
                               capture_output=True, text=True, timeout=300, env=env)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agents.models import save_pretrained
-from trainer.cli import main
+from app.cli import main
 from trainer.config import ConfigError, build_config
 from trainer.sft import prepare_data, run_sft
 from trainer.sft_base import load_base

@@ -72,7 +72,7 @@ def test_sigint_stops_between_steps_and_the_rerun_matches_an_uninterrupted_sft(t
 
 
 def test_the_cli_resumes_after_sigterm_and_after_sigkill(tmp_path, sft_dir):
-    cmd = [sys.executable, "-m", "trainer.cli", "sft", "--no-progress", *SMALL, f"sft.output_dir={tmp_path}",
+    cmd = [sys.executable, "-m", "app.cli", "sft", "--no-progress", *SMALL, f"sft.output_dir={tmp_path}",
            "sft.save_every=20", "torch_threads=1"]  # pytest runs torch on 1 thread (tests/conftest.py)
     log = tmp_path / "stderr.log"
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from trainer.cli import STOP_TIMEOUT_S, StopGuard
+from app.cli import STOP_TIMEOUT_S, StopGuard
 from trainer.config import ConfigError
 
 
@@ -21,7 +21,7 @@ def test_stop_timeout_from_env(monkeypatch, raw, expected):
 
 def test_bad_stop_timeout_is_one_line_and_exit_2(tmp_path):
     env = dict(os.environ, ALPRL_STOP_TIMEOUT_S="soon")
-    done = subprocess.run([sys.executable, "-m", "trainer.cli", "train", "--no-progress",
+    done = subprocess.run([sys.executable, "-m", "app.cli", "train", "--no-progress",
                            f"output_dir={tmp_path}"], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr == ("alprl train: error: ALPRL_STOP_TIMEOUT_S='soon': expected seconds > 0 (default 30)\n")

@@ -1,4 +1,4 @@
-"""`torchrun --nproc-per-node 2 -m trainer.cli train` on CPU with gloo: real processes, real rollouts, FSDP2.
+"""`torchrun --nproc-per-node 2 -m app.cli train` on CPU with gloo: real processes, real rollouts, FSDP2.
 
 The tiny TIR warm start, the transformers engine in fp32 (each seeded request samples the same tokens in any
 batch, so the two ranks play exactly the episodes one process plays), one mini-batch per rollout batch (the
@@ -38,9 +38,9 @@ def run_train(out: Path, sft_dir: Path, steps: int, ranks: int = 1, *extra: str,
     overrides = [*SMALL, *COMMON, f"sft.output_dir={sft_dir}", f"output_dir={out}", f"steps={steps}", *more]
     if ranks > 1:
         launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}",
-                    f"--master-port={free_port()}", "-m", "trainer.cli"]
+                    f"--master-port={free_port()}", "-m", "app.cli"]
     else:
-        launcher = [sys.executable, "-m", "trainer.cli"]
+        launcher = [sys.executable, "-m", "app.cli"]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     return subprocess.run([*launcher, "train", "--no-progress", *extra, *overrides], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)

@@ -15,8 +15,8 @@ cell's method preset (`algorithm=`) ← the scale's sizes (with a suite's own ev
 user's key=value overrides ← the setting's overrides ← the cell's seed, steps, start and run directory. The method
 sits above the recipe, unlike `alprl train`'s defaults ← preset ← recipe (trainer/config.py `build_config`): a
 suite compares methods as their presets define them, so a recipe's algo keys (the household recipe's loss_agg)
-must not reach its cells (trainer/experiment_run.py `cell_config`). A user override of a key that a setting varies
-is refused (the cell names would lie). Running, resuming and the report are in trainer/experiment_run.py and evaluation/experiment_report.py.
+must not reach its cells (app/experiment_run.py `cell_config`). A user override of a key that a setting varies
+is refused (the cell names would lie). Running, resuming and the report are in app/experiment_run.py and evaluation/experiment_report.py.
 """
 
 from __future__ import annotations

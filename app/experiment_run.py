@@ -1,4 +1,4 @@
-"""Running an experiment plan (trainer/experiment.py): the warm start, the cells in order, then the report.
+"""Running an experiment plan (app/experiment.py): the warm start, the cells in order, then the report.
 
 Resuming: a cell is finished when its directory holds `cell.json`, written last (after the final evaluation and,
 in the robustness suite, the sweep), so a rerun of the same command skips finished cells. A half-done cell (Ctrl-C,
@@ -30,9 +30,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from trainer.checkpoint import latest_checkpoint
-from trainer.config import ConfigError, TrainConfig, build_config
-from trainer.experiment import (
+from app.experiment import (
     CELL_SAVE_EVERY,
     SCALES,
     SUITES,
@@ -43,7 +41,9 @@ from trainer.experiment import (
     start_layers,
     suite_scale,
 )
-from trainer.experiment_results import CELL_FILE, START_FILE, check_warm_start, restore_cells, sync_results
+from app.experiment_results import CELL_FILE, START_FILE, check_warm_start, restore_cells, sync_results
+from trainer.checkpoint import latest_checkpoint
+from trainer.config import ConfigError, TrainConfig, build_config
 from trainer.progress import progress_bar
 from trainer.run_meta import read_run_meta
 

@@ -2,7 +2,7 @@
 
     alprl eval --model DIR --bench math500=F1,aime24=F2 --mode single|tir --k 32 --temperature 1.0
 
-The plan (benchmarks, settings, output directory) is `trainer/eval_plan.py`'s, checked before the model loads; the
+The plan (benchmarks, settings, output directory) is `app/eval_plan.py`'s, checked before the model loads; the
 runner, record store and report live in `evaluation/` (eval_run, eval_store, eval_report, scores). Here: the
 parser, the engine (vLLM by default, transformers as fallback; the engine starts once for all benchmarks), the
 progress bar and the exit statuses.
@@ -130,10 +130,10 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     from agents.engines.base import EngineDied
+    from app.eval_plan import plan_eval
     from envs.adapters import AdapterUnavailable
     from evaluation.eval_report import score_table, summarize_eval, ungradable_lines, write_eval_report
     from evaluation.eval_store import RecordStore
-    from trainer.eval_plan import plan_eval
 
     hf_logging.disable_progress_bar()
     try:

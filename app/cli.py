@@ -16,6 +16,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from app.eval_cli import add_eval_parser, run_eval_command
+from app.experiment_run import add_experiment_parser, run_experiment_command
 from trainer.config import (
     ConfigError,
     TrainConfig,
@@ -25,8 +27,6 @@ from trainer.config import (
     preset_notes,
     to_dict,
 )
-from trainer.eval_cli import add_eval_parser, run_eval_command
-from trainer.experiment_run import add_experiment_parser, run_experiment_command
 
 if TYPE_CHECKING:
     from trainer.memory_plan import MemoryPlan
@@ -434,7 +434,7 @@ def _run(args: argparse.Namespace, cfg: TrainConfig) -> int:
         if results and os.environ.get("RANK", "0") in ("", "0"):  # under torchrun: rank 0 speaks for the run
             print(json.dumps({k: round(v, 4) for k, v in results[-1].metrics.items()}, indent=1))
     elif args.command == "demo":
-        from trainer.demo import run_demo
+        from app.demo import run_demo
 
         run_demo(cfg)
     return 0
