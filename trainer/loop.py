@@ -1,10 +1,12 @@
-"""The RL loop, top to bottom. `train_step` is one iteration: the rollout, then `learn`; each stage is a named
-call:
+"""The RL loop, top to bottom. `train_step` is one iteration: the rollout, then `learn`, which is the list of the
+remaining stages, each a named call, in order:
 
-    rollout → batch (`prepare_batch`: old log-probs → advantages → corrections → (QUATRO duals))
-    → (SPrPO allocation) → diagnostics → update → engine sync (the sampler's view: trainer/sampler_mismatch.py),
-    with MIPU's screening as one explicit branch around update + sync (validation rollouts → the same
-    `prepare_batch` → gap proxy → keep or roll back)
+    rollout (`collect_step`) → `rollout_metrics` → `overlong_shaping` → batch (`prepare_batch`: old log-probs →
+    advantages → corrections → (QUATRO duals)) → `sprpo_allocation` → `mismatch_report` → `update` (mini-batch
+    steps, each `update_policy` in trainer/update.py, Table 5's `RatioProbe` on the first and last) → engine sync
+    (the sampler's view: trainer/sampler_mismatch.py), with MIPU's screening as one explicit branch around update
+    + sync (`candidate_snapshot`, then `mipu_screening`: validation rollouts → the same `prepare_batch` → gap proxy
+    → keep or roll back)
 
 With `rollout.async_rollouts` the rollout stage takes the batch a background producer sampled ahead, and the
 engine sync is the producer's (trainer/async_rollouts.py: the schedule, the staleness bound, resume).
@@ -56,14 +58,14 @@ from trainer.objective import prepare_corrections
 from trainer.outage import OutageWatch, SandboxOutage
 from trainer.policy_drift import policy_drift
 from trainer.progress import progress_bar
-from trainer.ratio_diagnostics import diag_suffixes
+from trainer.ratio_diagnostics import RatioProbe, diag_suffixes
 from trainer.reference import kl_reward_penalty, reference_logprobs
 from trainer.run_config import eval_settings
 from trainer.run_meta import start_run_meta
 from trainer.scatter import is_periodic_step, save_scatter
 from trainer.tasks import episode_specs, rollout_limits
 from trainer.types import Batch, collate
-from trainer.update import minibatch_rows, old_logprobs, update_policy
+from trainer.update import UpdateSettings, minibatch_rows, old_logprobs, update_policy
 
 
 @dataclass
@@ -119,19 +121,24 @@ def diagnostic_step(cfg: TrainConfig, step: int) -> bool:
     return cfg.diagnostics.every > 0 and is_periodic_step(step, cfg.diagnostics.every, 1, cfg.steps)
 
 
+def ratio_probe(cfg: TrainConfig, step: int, k: int, num_minibatches: int) -> RatioProbe | None:
+    """Table 5's probe for mini-batch k (trainer/ratio_diagnostics.py): on the first and the last mini-batch while
+    `diagnostics.every` > 0, with its extra forwards on the steps `diagnostic_step` picks; else None."""
+    suffixes = diag_suffixes(k, num_minibatches) if cfg.diagnostics.every else ()
+    if not suffixes:
+        return None
+    return RatioProbe(cfg.algo, suffixes, extra_forwards=diagnostic_step(cfg, step), max_rows=cfg.diagnostics.rows)
+
+
 def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str, float]:
     """The mini-batch optimizer steps of one rollout batch (mini-batch k > 0 is off-policy on purpose)."""
     gen = torch.Generator().manual_seed(derive_seed("minibatches", cfg.seed, step))
     minibatches = minibatch_rows(len(batch), cfg.optim.num_minibatches, gen)
     diagnose = diagnostic_step(cfg, step)
-    records = [update_policy(c.model, c.optimizer, batch, rows, algo=cfg.algo,
-                             temperature=cfg.rollout.temperature, micro_batch_size=cfg.optim.micro_batch_size,
-                             grad_clip=cfg.optim.grad_clip, perturbation=c.perturbation,
+    settings = UpdateSettings.from_config(cfg, c.dist)
+    records = [update_policy(c.model, c.optimizer, batch, rows, settings, perturbation=c.perturbation,
                              noise_base=derive_seed("alp-noise", cfg.seed, step, k),
-                             norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens,
-                             diagnose=diag_suffixes(k, len(minibatches)) if cfg.diagnostics.every else (),
-                             extra_forwards=diagnose, diag_rows=cfg.diagnostics.rows, ctx=c.dist,
-                             scaler=c.grad_scaler)
+                             probe=ratio_probe(cfg, step, k, len(minibatches)), scaler=c.grad_scaler)
                for k, rows in enumerate(minibatches)]
     metrics = mean_of(records)
     metrics["actor/grad_norm_nonfinite"] = sum(r["actor/grad_norm_nonfinite"] for r in records)
@@ -144,6 +151,8 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
 
 def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int,
                rollouts: AsyncRollouts | None = None) -> StepResult:
+    """One RL iteration: this step's rollouts (sampled now, or ahead by asynchronous `rollouts`), `learn`, and the
+    step's sampling and timing metrics."""
     start = time.perf_counter()
     trajs, sampling = collect_step(c, cfg, step) if rollouts is None else rollouts.get(step)
     sampled = time.perf_counter()
@@ -209,23 +218,39 @@ def mipu_screening(c: Components, cfg: TrainConfig, history: MipuHistory, snapsh
     return metrics | screen_candidate(c, cfg, history, snapshot, step, t_post)
 
 
-def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int,
-          sync: bool = True) -> StepResult:
-    """Everything of a step after its rollouts: the prepared batch (θ_old log-probs, advantages, corrections), the
-    update, weight sync (`sync=False`: the caller syncs, as asynchronous rollouts do)."""
-    metrics = rollout_metrics(trajs)  # the episodes' own rewards, before any shaping
-    metrics |= overlong_shaping(cfg, trajs)  # DAPO's overlong filter and soft punishment (no-op when off)
-    batch, batch_metrics = prepare_batch(c, cfg, trajs)
-    metrics |= batch_metrics
-    if cfg.perturb.sprpo_adaptive:  # SPrPO: σ per layer from a sensitivity probe (every sprpo_every steps)
-        metrics |= algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step, c.dist)
-    metrics |= mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
-    if c.sampler is not None:  # the dialled mismatch behind them: fake quantization, dtype, policy lag
+def sprpo_allocation(c: Components, cfg: TrainConfig, algos: AlgorithmState, batch: Batch,
+                     step: int) -> dict[str, float]:
+    """SPrPO (`perturb.sprpo_adaptive`): σ per layer from a sensitivity probe on `batch`, every `sprpo_every` steps;
+    {} otherwise."""
+    if not cfg.perturb.sprpo_adaptive:
+        return {}
+    return algos.sprpo.maybe_allocate(c.model, c.perturbation, batch, cfg, step, c.dist)
+
+
+def mismatch_report(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str, float]:
+    """The sampler's μ against the trainer's π_θold on `batch`, before the update: the §4 metrics
+    (`mismatch_diagnostics`), the dialled mismatch behind them (`mismatch/*`: fake quantization, dtype, policy lag)
+    and, on rank 0 every `diagnostics.scatter_every` steps, Fig. 10's scatter sample."""
+    metrics = mismatch_diagnostics(batch.old_logp, batch.rollout_logp, batch.loss_mask, batch.rewards, step=step)
+    if c.sampler is not None:
         metrics |= c.sampler.metrics()
-    if c.dist.is_main and is_periodic_step(step, cfg.diagnostics.scatter_every, 1, cfg.steps):  # Fig. 10's sample
+    if c.dist.is_main and is_periodic_step(step, cfg.diagnostics.scatter_every, 1, cfg.steps):
         metrics |= save_scatter(cfg.output_dir, step, batch.old_logp, batch.rollout_logp, batch.loss_mask,
                                 seed=cfg.seed, max_points=cfg.diagnostics.scatter_points)
-    snapshot = candidate_snapshot(c) if cfg.algo.mipu_screen else None
+    return metrics
+
+
+def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Trajectory], step: int,
+          sync: bool = True) -> StepResult:
+    """Everything of a step after its rollouts, one named call per stage, in order (`sync=False`: the caller syncs
+    the engine, as asynchronous rollouts do)."""
+    metrics = rollout_metrics(trajs)  # the episodes' own rewards, before any shaping
+    metrics |= overlong_shaping(cfg, trajs)  # DAPO's overlong filter and soft punishment (no-op when off)
+    batch, batch_metrics = prepare_batch(c, cfg, trajs)  # θ_old log-probs, advantages, corrections: the Batch
+    metrics |= batch_metrics
+    metrics |= sprpo_allocation(c, cfg, algos, batch, step)  # SPrPO's σ per layer (no-op when off)
+    metrics |= mismatch_report(c, cfg, batch, step)  # sampler vs trainer on this batch, before the update
+    snapshot = candidate_snapshot(c) if cfg.algo.mipu_screen else None  # MIPU: what a rollback restores
     c.engine.sleep()  # a GPU sampler with rollout.enable_sleep_mode frees its memory for the update (else no-op)
     metrics |= update(c, cfg, batch, step)
     c.engine.wake_up()

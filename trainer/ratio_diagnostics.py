@@ -4,7 +4,7 @@ On the sampled tokens (m = 1, finite log-probs) of the first and the last mini-b
 
 - `upd` r_upd = π_θ/π_θold, `mis` r_mis = π_θold/μ, `byp` r_byp = π_θ/μ, with π_θ the *clean* policy at the
   mini-batch's weights: on the first mini-batch θ = θ_old, so π_θ is `old_logp` itself; on a later mini-batch of
-  a perturbed run it costs one extra no-grad forward of that mini-batch (`update_policy`); unperturbed, the
+  a perturbed run it costs one extra no-grad forward of that mini-batch (`RatioProbe.observe`); unperturbed, the
   update forward is already clean.
 - `loss`: the ratio the loss actually uses, from the update forward (with the noise of that very forward for
   ALP / SPrPO): its denominator comes from `LOSS_RATIO` (π_θold or μ), its level from the loss
@@ -130,15 +130,56 @@ def spaced_rows(n: int, max_rows: int) -> Tensor:
 
 
 class RatioProbe:
-    """Collects the four ratios over the micro-batches of one mini-batch, then reduces them to metrics."""
+    """Table 5's diagnostics of one mini-batch, attached to `update_policy` (trainer/update.py) as its only hook:
+    `observe` after each micro-batch's backward, `report` once the step is taken. Without a probe the update runs
+    no diagnostic forward and logs no `diag/*` or `perturb/dp/*` key.
 
-    def __init__(self, algo: AlgoConfig) -> None:
+    suffixes: the key suffixes this mini-batch reports under (`diag_suffixes`: "" first, "_last" last); the first
+    mini-batch is at θ = θ_old, so its clean π_θ is `old_logp`. extra_forwards: a diagnostics step
+    (`diagnostics.every`), which pays for the forwards the module docstring lists; max_rows: `diagnostics.rows`,
+    the rows of a micro-batch those forwards cover (0: all).
+    """
+
+    def __init__(self, algo: AlgoConfig, suffixes: tuple[str, ...] = ("",), *, extra_forwards: bool = False,
+                 max_rows: int = 0) -> None:
         self.algo = algo
         self.level = loss_level(algo)
+        self.suffixes = suffixes
+        self.extra_forwards = extra_forwards
+        self.max_rows = max_rows
+        self.micro_batches = 0  # observed so far
         self.tokens: dict[str, list[Tensor]] = {k: [] for k in (*RATIO_KINDS, "dp")}
         self.mu: dict[str, list[Tensor]] = {k: [] for k in RATIO_KINDS}  # μ of each kind's tokens, for the bins
         self.seqs: dict[str, list[Tensor]] = {k: [] for k in RATIO_KINDS}
         self.extra: dict[str, float] = {}  # first mini-batch only: `layer_group_prob_shift`
+
+    def observe(self, model: torch.nn.Module, sub: Batch, logp: Tensor, perturbation: LayerwisePerturbation | None,
+                seed: int, temperature: float) -> None:
+        """One micro-batch `sub` (b, T) after its update forward `logp` (b, T) and backward, `seed` the noise seed
+        of that forward. On the first micro-batch of the first mini-batch of a perturbed diagnostics step, |Δp| per
+        layer group (`layer_group_prob_shift`); then the clean π_θ (`_clean_logp`) and the four ratios (`add`)."""
+        perturbed = perturbation is not None
+        if perturbed and self.micro_batches == 0 and "" in self.suffixes and self.extra_forwards:
+            self.extra |= layer_group_prob_shift(model, sub.select(spaced_rows(len(sub), self.max_rows)),
+                                                 perturbation, seed, temperature)
+        clean, rows = self._clean_logp(model, sub, logp, temperature, perturbed)
+        self.add(logp, clean, sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbed, clean_rows=rows)
+        self.micro_batches += 1
+
+    def _clean_logp(self, model: torch.nn.Module, sub: Batch, logp: Tensor, temperature: float,
+                    perturbed: bool) -> tuple[Tensor | None, Tensor | None]:
+        """(π_θ without noise, the rows of `sub` it covers or None for all): the update forward itself when
+        unperturbed; on the first mini-batch θ = θ_old, so `old_logp`; otherwise, with `extra_forwards`, one
+        no-grad forward outside the noise of `max_rows` evenly spaced rows (r, T'); else (None, None)."""
+        if not perturbed:
+            return logp.detach(), None
+        if "" in self.suffixes:
+            return sub.old_logp, None
+        if not self.extra_forwards:
+            return None, None
+        rows = spaced_rows(len(sub), self.max_rows)
+        with torch.no_grad():
+            return compute_logprobs(model, sub.select(rows), temperature)[0], rows
 
     def add(self, logp: Tensor, clean_logp: Tensor | None, old_logp: Tensor, rollout_logp: Tensor,
             mask: Tensor, *, perturbed: bool, clean_rows: Tensor | None = None) -> None:
@@ -169,6 +210,13 @@ class RatioProbe:
             rows = m.sum(-1) > 0  # (b,)
             seq = d.sum(-1)[rows]  # (S,) S_b
             self.seqs[kind].append(seq / m.sum(-1)[rows] if self.level == "geo" else seq)
+
+    def report(self) -> dict[str, float]:
+        """The metrics of every suffix of this mini-batch, in the order of `suffixes`."""
+        out: dict[str, float] = {}
+        for suffix in self.suffixes:
+            out |= self.metrics(suffix)
+        return out
 
     def metrics(self, suffix: str) -> dict[str, float]:
         """`diag/ratio_{kind}{suffix}/*`, `diag/seq_ratio_{kind}{suffix}/*`, and on the first mini-batch

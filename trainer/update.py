@@ -1,9 +1,11 @@
 """One rollout batch → several optimizer steps (mini-batches, each accumulated over micro-batches).
 
 Stages used by the loop: `old_logprobs` (no grad, unperturbed; `prepare_batch` in trainer/loop.py stores them as
-`batch.old_logp`) and `update_policy` (loss → backward → global grad clip → non-finite guard → optimizer step) on
-the batch `prepare_batch` made, corrections included. What is optimized lives in `objective.py`; this module never
-branches on algorithm names.
+`batch.old_logp`) and `update_policy` on the batch `prepare_batch` made, corrections included: per micro-batch
+forward → loss → backward, then `optimizer_step` (global grad clip → non-finite guard → optimizer step). What is
+optimized lives in `objective.py`; this module never branches on algorithm names. What every step of a run shares
+is one `UpdateSettings`; Table 5's diagnostics attach as one optional `RatioProbe` (trainer/ratio_diagnostics.py),
+which reads the update forward and never changes the step.
 
 With `distributed.mixed_precision=fp16` a grad scaler (`trainer/distributed.py` build_grad_scaler) makes it
 verl's sequence: scale(loss).backward() per micro-batch → unscale → clip → step unless a gradient overflowed →
@@ -16,13 +18,14 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from agents.perturbation import LayerwisePerturbation, noise_seed
-from trainer.config import AlgoConfig
+from trainer.config import AlgoConfig, TrainConfig
 from trainer.distributed import (
     SINGLE,
     DistContext,
@@ -33,7 +36,7 @@ from trainer.distributed import (
 )
 from trainer.logprobs import compute_logprobs
 from trainer.objective import denominators, micro_batch_objective
-from trainer.ratio_diagnostics import RatioProbe, layer_group_prob_shift, spaced_rows
+from trainer.ratio_diagnostics import RatioProbe
 from trainer.types import Batch
 
 if TYPE_CHECKING:
@@ -80,63 +83,79 @@ def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Gener
     return [chunk for chunk in perm.tensor_split(num_minibatches) if len(chunk)]
 
 
-def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, rows: torch.Tensor, *,
-                  algo: AlgoConfig, temperature: float, micro_batch_size: int, grad_clip: float,
-                  perturbation: LayerwisePerturbation | None = None, noise_base: int = 0,
-                  norm_len: int | None = None, diagnose: tuple[str, ...] = (), extra_forwards: bool = True,
-                  diag_rows: int = 0, ctx: DistContext = SINGLE,
-                  scaler: ShardedGradScaler | None = None) -> dict[str, float]:
-    """One optimizer step on the mini-batch `rows`; returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What every mini-batch step of a run shares; `from_config` reads it once from the run's config."""
 
-    `batch` is a prepared rollout batch: old_logp, advantages and the corrections of `prepare_corrections`
-    (corr_weights / corr_keep, once per rollout batch; a batch without them is refused).
+    algo: AlgoConfig  # the objective (trainer/objective.py)
+    temperature: float  # rollout.temperature: π_θ at the sampler's temperature, so its ratios to μ are meaningful
+    micro_batch_size: int  # optim.micro_batch_size: rows per forward / backward (the loss cannot depend on it)
+    grad_clip: float  # optim.grad_clip: max global grad norm
+    norm_len: int | None = None  # T_norm of seq_mean_token_sum_norm: algo.loss_agg_norm_len or the response budget
+    # this rank: under data parallelism the denominators, the loss, ALP's log σ gradients and the grad norm are
+    # global, so every rank takes the same step decision; the other metrics are this rank's (the loop averages them)
+    ctx: DistContext = field(default_factory=lambda: SINGLE)
 
-    With a `perturbation` (ALP), the update forward AND its backward run inside `perturbation.active`,
-    seeded per micro-batch (`noise_base + i`) so recomputation sees the same noise. `diagnose` holds the key
-    suffixes ("" first mini-batch, "_last" last) under which this mini-batch's Table 5 ratios are logged
-    (`trainer/ratio_diagnostics.py`). With `extra_forwards` (a diagnostics step), a perturbed update also runs a
-    no-grad clean forward of `diag_rows` rows of each micro-batch of the last mini-batch (its r_upd, r_byp) and,
-    per layer group, one forward of `diag_rows` rows of the first micro-batch (|Δp| per group); 0: all rows.
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, ctx: DistContext = SINGLE) -> UpdateSettings:
+        """The settings of `cfg` on rank `ctx`."""
+        return cls(cfg.algo, temperature=cfg.rollout.temperature, micro_batch_size=cfg.optim.micro_batch_size,
+                   grad_clip=cfg.optim.grad_clip,
+                   norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens, ctx=ctx)
 
-    Under data parallelism (`ctx`, trainer/distributed.py) `rows` are this rank's: the denominators, the loss,
-    the ALP log σ gradients and the grad norm are global, so every rank takes the same step decision; the other
-    metrics are this rank's (the loop averages them over ranks).
 
-    With a `scaler` (mixed_precision=fp16) each micro-batch's loss is multiplied by the loss scale before backward
-    and the gradients divided by it before anything reads them; a step whose gradients overflowed is skipped
-    (counted in `actor/grad_norm_nonfinite`, flagged in `actor/fp16_overflow`) and the scale halved. The logged
-    loss and grad norm are the unscaled ones.
+def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, rows: torch.Tensor,
+                  settings: UpdateSettings, *, perturbation: LayerwisePerturbation | None = None, noise_base: int = 0,
+                  probe: RatioProbe | None = None, scaler: ShardedGradScaler | None = None) -> dict[str, float]:
+    """One optimizer step on the mini-batch `rows` of a prepared `batch` (old_logp, advantages, corr_weights /
+    corr_keep: a batch without them is refused); returns its metrics (`actor/*`, `loss/*`, `perturb/*`).
+
+    With a `perturbation` (ALP), each micro-batch's forward AND backward run inside `perturbation.active`, seeded
+    `noise_base + i` for micro-batch i, so recomputation sees the same noise. A `probe` observes each micro-batch
+    after its backward and adds its `diag/*` metrics; a `scaler` (fp16) scales each loss before backward
+    (`optimizer_step` unscales).
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
     local_tokens, local_seqs = denominators(batch, rows)  # mini-batch denominators: micro-batching cannot change
-    n_tokens, n_seqs = global_counts(ctx, local_tokens, local_seqs)  # the loss; summed over ranks: nor can ranks
+    n_tokens, n_seqs = global_counts(settings.ctx, local_tokens, local_seqs)  # the loss; summed over ranks: nor ranks
     sums: dict[str, float] = {}
     total_loss = 0.0
     real_tokens = padded_tokens = 0
-    probe = RatioProbe(algo) if diagnose else None
-    for i, micro in enumerate(_chunks(rows, micro_batch_size, batch)):
+    for i, micro in enumerate(_chunks(rows, settings.micro_batch_size, batch)):
         sub = batch.select(micro)
         real_tokens += int(sub.attention_mask.sum())
         padded_tokens += sub.input_ids.numel()
-        noise = perturbation.active(seed=noise_seed(noise_base + i, ctx.rank)) if perturbation else nullcontext()
-        with noise:
-            logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=True)
-            loss, metrics = micro_batch_objective(algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs,
-                                                  norm_len=norm_len)
+        seed = noise_seed(noise_base + i, settings.ctx.rank)
+        with perturbation.active(seed=seed) if perturbation else nullcontext():
+            logp, entropy = compute_logprobs(model, sub, settings.temperature, with_entropy=True)
+            loss, metrics = micro_batch_objective(settings.algo, sub, logp, entropy, n_tokens=n_tokens,
+                                                  n_seqs=n_seqs, norm_len=settings.norm_len)
             (scaler.scale(loss) if scaler is not None else loss).backward()  # fp16: tiny gradients not flushed to 0
-        if probe is not None and perturbation is not None and i == 0 and "" in diagnose and extra_forwards:
-            probe.extra |= layer_group_prob_shift(model, sub.select(spaced_rows(len(sub), diag_rows)), perturbation,
-                                                  noise_seed(noise_base, ctx.rank), temperature)
         if probe is not None:
-            clean, rows = _clean_logp(model, sub, logp, temperature, perturbation is not None, "" in diagnose,
-                                      extra_forwards, diag_rows)
-            probe.add(logp, clean, sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbation is not None,
-                      clean_rows=rows)
+            probe.observe(model, sub, logp, perturbation, seed, settings.temperature)
         total_loss += loss.item()
         weight = sub.loss_mask.sum().item() / local_tokens.item()  # token-weighted average of micro metrics
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + weight * value
+    step, extra = optimizer_step(optimizer, total_loss, settings, perturbation, scaler)
+    out = {f"actor/{k}": v for k, v in sums.items()}
+    out |= step | {"perf/real_token_frac": real_tokens / max(padded_tokens, 1)} | extra
+    return out | (probe.report() if probe is not None else {})
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, total_loss: float, settings: UpdateSettings,
+                   perturbation: LayerwisePerturbation | None = None,
+                   scaler: ShardedGradScaler | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """The step after the accumulated backward: ({loss/policy, actor/grad_norm, actor/grad_norm_nonfinite}, the
+    perturbation's and the loss scale's metrics). `total_loss` is this rank's sum of micro-batch losses.
+
+    Under data parallelism ALP's log σ gradients and the loss are summed over ranks first. With a `scaler`
+    (mixed_precision=fp16) the gradients are divided by the loss scale before anything reads them; a step whose
+    gradients overflowed is skipped (counted in `actor/grad_norm_nonfinite`, flagged in `actor/fp16_overflow`)
+    and the scale halved. The logged loss and grad norm are the unscaled ones.
+    """
+    ctx = settings.ctx
     params = [p for group in optimizer.param_groups for p in group["params"]]
     if ctx.enabled:
         reduce_replicated_grads(ctx, params)  # ALP's log σ: each rank holds its rows' share of the gradient
@@ -147,9 +166,9 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         scaler.unscale_(local_grads)  # found-inf is all-reduced over ranks
     extra = perturbation.metrics() if perturbation else {}  # before the step: log σ gradient norm
     if ctx.fsdp:
-        grad_norm = clip_global_grad_norm(ctx, params, grad_clip)
+        grad_norm = clip_global_grad_norm(ctx, params, settings.grad_clip)
     else:
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, grad_clip).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.grad_clip).item()
     skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))  # the same on every rank: both global
     if skipped:
         optimizer.zero_grad(set_to_none=True)  # non-finite loss or gradient (an fp16 overflow): skip, count it
@@ -159,14 +178,7 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         optimizer.step()
     if scaler is not None:
         extra |= _update_loss_scale(scaler)
-    out = {f"actor/{k}": v for k, v in sums.items()}
-    out.update({"loss/policy": total_loss, "actor/grad_norm": grad_norm,
-                "actor/grad_norm_nonfinite": float(skipped),
-                "perf/real_token_frac": real_tokens / max(padded_tokens, 1)})
-    out.update(extra)
-    for suffix in diagnose:
-        out.update(probe.metrics(suffix))
-    return out
+    return {"loss/policy": total_loss, "actor/grad_norm": grad_norm, "actor/grad_norm_nonfinite": float(skipped)}, extra
 
 
 def _update_loss_scale(scaler: ShardedGradScaler) -> dict[str, float]:
@@ -175,19 +187,3 @@ def _update_loss_scale(scaler: ShardedGradScaler) -> dict[str, float]:
     used = scaler.get_scale()
     scaler.update()
     return {"actor/loss_scale": used, "actor/fp16_overflow": float(scaler.get_scale() < used)}
-
-
-def _clean_logp(model: nn.Module, sub: Batch, logp: torch.Tensor, temperature: float, perturbed: bool,
-                first: bool, extra_forward: bool, max_rows: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(π_θ without noise, the rows of `sub` it covers or None for all): the update forward itself when
-    unperturbed; on the first mini-batch θ = θ_old, so `old_logp`; otherwise, with `extra_forward`, one no-grad
-    forward outside the noise of `max_rows` evenly spaced rows (r, T'); else (None, None)."""
-    if not perturbed:
-        return logp.detach(), None
-    if first:
-        return sub.old_logp, None
-    if not extra_forward:
-        return None, None
-    rows = spaced_rows(len(sub), max_rows)
-    with torch.no_grad():
-        return compute_logprobs(model, sub.select(rows), temperature)[0], rows

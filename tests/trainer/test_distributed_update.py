@@ -29,7 +29,7 @@ from trainer.distributed import DistContext, shard_policy
 from trainer.full_weights import full_named_parameters
 from trainer.objective import prepare_corrections
 from trainer.types import collate
-from trainer.update import old_logprobs, update_policy
+from trainer.update import UpdateSettings, old_logprobs, update_policy
 
 GROUPS, GROUP_SIZE, WORLD = 4, 4, 2
 
@@ -76,9 +76,9 @@ def one_step(preset: str, ctx: DistContext, rows: torch.Tensor, *extra: str):
     # o_proj weight of the Seq-ALP run stepped 3.7e-6 apart on an AVX-512/AMX CPU; at 1e-4 the slope is at most 10.
     opt = torch.optim.AdamW(groups, lr=1e-3, eps=1e-4)
     local = batch.select(rows)
-    metrics = update_policy(model, opt, local, torch.arange(len(rows)), algo=cfg.algo, temperature=1.0,
-                            micro_batch_size=cfg.optim.micro_batch_size, grad_clip=0.5, perturbation=pert,
-                            noise_base=7, ctx=ctx)
+    settings = UpdateSettings(cfg.algo, temperature=1.0, micro_batch_size=cfg.optim.micro_batch_size, grad_clip=0.5,
+                              ctx=ctx)
+    metrics = update_policy(model, opt, local, torch.arange(len(rows)), settings, perturbation=pert, noise_base=7)
     weights = {name: t.detach().clone() for name, t in full_named_parameters(model)}
     return metrics, weights, (pert.log_sigma.detach().clone() if pert else None)
 

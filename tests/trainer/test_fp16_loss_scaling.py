@@ -27,7 +27,7 @@ from trainer.distributed import DistContext, build_grad_scaler, shard_policy
 from trainer.full_weights import full_named_parameters
 from trainer.objective import prepare_corrections
 from trainer.types import collate
-from trainer.update import old_logprobs, update_policy
+from trainer.update import UpdateSettings, old_logprobs, update_policy
 
 HUGE_SCALE = 2.0**24  # the tiny model's fp16 gradients overflow at it (measured: the first scale that trains is 2^16)
 
@@ -72,9 +72,9 @@ class Policy:
 
     def step(self, rows: torch.Tensor | None = None) -> dict[str, float]:
         rows = torch.arange(len(self.batch)) if rows is None else rows
-        return update_policy(self.model, self.optimizer, self.batch, rows, algo=self.cfg.algo, temperature=1.0,
-                             micro_batch_size=3, grad_clip=1.0, perturbation=self.perturbation, noise_base=7,
-                             ctx=self.ctx, scaler=self.scaler)
+        settings = UpdateSettings(self.cfg.algo, temperature=1.0, micro_batch_size=3, grad_clip=1.0, ctx=self.ctx)
+        return update_policy(self.model, self.optimizer, self.batch, rows, settings, perturbation=self.perturbation,
+                             noise_base=7, scaler=self.scaler)
 
     def state(self) -> dict[str, torch.Tensor]:
         weights = {name: t.detach().clone() for name, t in full_named_parameters(self.model)}

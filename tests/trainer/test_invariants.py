@@ -32,7 +32,7 @@ from trainer.distributed import SINGLE
 from trainer.loop import prepare_batch
 from trainer.objective import denominators, micro_batch_objective, prepare_corrections
 from trainer.types import Batch, collate
-from trainer.update import old_logprobs, update_policy
+from trainer.update import UpdateSettings, old_logprobs, update_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["algorithm=mipu", "algo.kl_coef=0", "rollout.prompts_per_step=2", "rollout.group_size=2",
@@ -175,7 +175,5 @@ def test_the_update_stage_refuses_an_unprepared_batch_before_stepping(parts):
     batch.corr_weights = batch.corr_keep = None
     before = {k: v.detach().clone() for k, v in c.model.named_parameters()}
     with pytest.raises(ValueError, match="prepare_corrections"):
-        update_policy(c.model, c.optimizer, batch, torch.arange(len(batch)), algo=cfg.algo,
-                      temperature=cfg.rollout.temperature, micro_batch_size=cfg.optim.micro_batch_size,
-                      grad_clip=1.0)
+        update_policy(c.model, c.optimizer, batch, torch.arange(len(batch)), UpdateSettings.from_config(cfg))
     assert all(torch.equal(v, before[k]) for k, v in c.model.named_parameters())

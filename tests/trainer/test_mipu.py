@@ -29,7 +29,7 @@ from trainer.loop import mipu_screening
 from trainer.objective import prepare_corrections
 from trainer.tasks import episode_specs, validation_specs
 from trainer.types import collate
-from trainer.update import old_logprobs, update_policy
+from trainer.update import UpdateSettings, old_logprobs, update_policy
 
 SMALL = ["algorithm=mipu", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=6",
          "rollout.max_response_tokens=12", "env.max_turns=1", "optim.micro_batch_size=8", "optim.lr=1e-2"]
@@ -94,8 +94,9 @@ def _screened(c, history, overrides, step):
     cfg = build_config(None, SMALL + overrides + ["algo.kl_coef=0"])
     batch = _training_batch(c, cfg, step)
     snapshot = candidate_snapshot(c)
-    metrics = update_policy(c.model, c.optimizer, batch, torch.arange(len(batch)), algo=cfg.algo,
-                            temperature=cfg.rollout.temperature, micro_batch_size=8, grad_clip=1.0)
+    metrics = update_policy(c.model, c.optimizer, batch, torch.arange(len(batch)),
+                            UpdateSettings(cfg.algo, temperature=cfg.rollout.temperature, micro_batch_size=8,
+                                           grad_clip=1.0))
     candidate = {k: v.detach().clone() for k, v in c.model.named_parameters()}
     c.sync_engine()
     return metrics | mipu_screening(c, cfg, history, snapshot, step), candidate

@@ -12,7 +12,7 @@ from trainer.corrections import compute_correction
 from trainer.logprobs import compute_logprobs
 from trainer.objective import correction_kwargs, denominators, micro_batch_objective, prepare_corrections
 from trainer.types import Batch
-from trainer.update import old_logprobs, update_policy
+from trainer.update import UpdateSettings, old_logprobs, update_policy
 
 NORM = "seq-mean-token-sum-norm"
 
@@ -162,8 +162,8 @@ def test_seq_mean_token_sum_norm_through_update_policy():
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     before = model.table.weight.detach().clone()
-    out = update_policy(model, optimizer, batch, torch.arange(3), algo=algo, temperature=1.0, micro_batch_size=1,
-                        grad_clip=1e9)
+    out = update_policy(model, optimizer, batch, torch.arange(3),
+                        UpdateSettings(algo, temperature=1.0, micro_batch_size=1, grad_clip=1e9))
     assert out["loss/policy"] == pytest.approx(0.5 / 24, rel=1e-5)
     assert out["actor/grad_norm_nonfinite"] == 0.0 and not torch.equal(model.table.weight, before)
     # the step is the gradient of that loss: ∂/∂logp_bt = −A_b / 24 on valid tokens
