@@ -300,8 +300,8 @@ SUITES = {s.name: s for s in (
     Suite("ablation", "Loss level (token/seq Bypass) × clip band (0.2/0.28, 0.5/3.0) × perturbation (off, absolute "
           "σ0 1e-6, relative σ0) under policy lag 2: what of Token-ALP's lead is the noise, what the clip",
           ("token_bypass", "seq_bypass"), _ablation_settings, pair_arms=ablation_comparisons,
-          cost="36 cells (2 methods × 6 settings × 3 seeds), 9 of them the alp suite's runs with --reuse; "
-               "not run yet: expect the sensitivity suite's minutes a cell",
+          cost="36 cells (2 methods × 6 settings × 3 seeds), 9 of them the alp suite's runs with --reuse: 55 min "
+               "with --parallel 2, 96-198 s a cell (2026-12-04, beside other work)",
           claim="the perturbation itself, not the clip range, makes ALP better than Bypass under mismatch"),
     Suite("long", "GRPO, Seq-Bypass, Token-MIS and Seq/Token-ALP for 200 steps under policy lag 2, held-out "
           "success every 25 steps: ratio envelopes, KL and grad-norm spikes, entropy and collapse over the whole "
