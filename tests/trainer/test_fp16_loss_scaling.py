@@ -15,46 +15,17 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tiny_update import prepared_batch, tiny_model
 from torch.distributed.tensor import DTensor
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from agents.trajectory import Trajectory
 from trainer import update as update_module
-from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.components import build_optimizer, build_perturbation
 from trainer.config import build_config
 from trainer.distributed import DistContext, build_grad_scaler, shard_policy
 from trainer.full_weights import full_named_parameters
-from trainer.objective import prepare_corrections
-from trainer.types import collate
-from trainer.update import UpdateSettings, old_logprobs, update_policy
+from trainer.update import UpdateSettings, update_policy
 
 HUGE_SCALE = 2.0**24  # the tiny model's fp16 gradients overflow at it (measured: the first scale that trains is 2^16)
-
-
-def tiny_model() -> Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=True)
-    return Qwen2ForCausalLM(cfg).train()
-
-
-def synthetic_batch(model, cfg):
-    """8 trajectories in 2 groups, random tokens and rewards; rollout log-probs off by a little noise."""
-    gen = torch.Generator().manual_seed(1)
-    trajs = []
-    for i in range(8):
-        n = int(torch.randint(6, 16, (1,), generator=gen))
-        trajs.append(Trajectory(prompt_ids=torch.randint(1, 128, (5,), generator=gen).tolist(),
-                                response_ids=torch.randint(1, 128, (n,), generator=gen).tolist(), loss_mask=[1] * n,
-                                rollout_logprobs=[0.0] * n, reward=float(i % 3 == 0), group_id=i // 4))
-    batch = collate(trajs, pad_id=0)
-    batch.old_logp = old_logprobs(model, batch, 1.0, 4)
-    batch.rollout_logp = (batch.old_logp + 0.05 * torch.randn(batch.old_logp.shape, generator=gen)) * batch.loss_mask
-    adv, _ = group_advantages(batch.rewards, batch.group_ids)
-    batch.advantages = broadcast_advantages(adv, batch.loss_mask)
-    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(cfg.algo, batch)
-    return batch
 
 
 class Policy:
@@ -63,7 +34,7 @@ class Policy:
     def __init__(self, ctx: DistContext, *overrides: str) -> None:
         self.cfg = build_config(None, ["algorithm=seq_alp", *overrides])
         model = tiny_model()
-        self.batch = synthetic_batch(model, self.cfg)
+        self.batch = prepared_batch(model, self.cfg, 4)
         self.ctx = ctx
         self.model = shard_policy(model, self.cfg, ctx)
         self.perturbation = build_perturbation(self.model, self.cfg)

@@ -10,50 +10,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from tiny_update import prepared_batch, tiny_model
 
-from agents.trajectory import Trajectory
-from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.components import build_optimizer, build_perturbation
 from trainer.config import build_config
-from trainer.objective import prepare_corrections
 from trainer.ratio_diagnostics import RatioProbe, diag_suffixes
-from trainer.types import collate
-from trainer.update import UpdateSettings, old_logprobs, update_policy
+from trainer.update import UpdateSettings, update_policy
 
 PROBE_PREFIXES = ("diag/", "perturb/dp/")
-
-
-def tiny_model() -> Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=True)
-    return Qwen2ForCausalLM(cfg).train()
-
-
-def prepared_batch(model, cfg):
-    """8 rows of random lengths in 2 groups, rollout log-probs off θ_old's by a little noise, corrections prepared."""
-    gen = torch.Generator().manual_seed(1)
-    trajs = []
-    for i in range(8):
-        n = int(torch.randint(6, 16, (1,), generator=gen))
-        trajs.append(Trajectory(prompt_ids=torch.randint(1, 128, (5,), generator=gen).tolist(),
-                                response_ids=torch.randint(1, 128, (n,), generator=gen).tolist(), loss_mask=[1] * n,
-                                rollout_logprobs=[0.0] * n, reward=float(i % 3 == 0), group_id=i // 4))
-    batch = collate(trajs, pad_id=0)
-    batch.old_logp = old_logprobs(model, batch, 1.0, 3)
-    batch.rollout_logp = (batch.old_logp + 0.05 * torch.randn(batch.old_logp.shape, generator=gen)) * batch.loss_mask
-    adv, _ = group_advantages(batch.rewards, batch.group_ids)
-    batch.advantages = broadcast_advantages(adv, batch.loss_mask)
-    batch.corr_weights, batch.corr_keep, _ = prepare_corrections(cfg.algo, batch)
-    return batch
 
 
 def two_steps(preset: str, probed: bool):
     """Metrics of both mini-batch steps and the state after them: (records, weights, log σ, optimizer state)."""
     cfg = build_config(None, [f"algorithm={preset}"])
     model = tiny_model()
-    batch = prepared_batch(model, cfg)
+    batch = prepared_batch(model, cfg, 3)
     pert = build_perturbation(model, cfg)
     optimizer = build_optimizer(model, cfg, pert)
     settings = UpdateSettings(cfg.algo, temperature=1.0, micro_batch_size=3, grad_clip=1.0, norm_len=32)
