@@ -153,11 +153,34 @@ def thirds(num_layers: int) -> dict[str, str]:
     return {name: f"{lo}-{hi}" if hi > lo else str(lo) for name, (lo, hi) in span.items()}
 
 
+ALP_FP16_SETTING = "lag2_fp16"
+ALP_FP16_METHODS = ("grpo",)
+"""FP16 training (arXiv 2510.26788): sampler and trainer both in fp16 and no correction, the paper's alternative to
+correcting a bf16 mismatch; run for GRPO only (CPU fp16 is emulated: its updates cost 6-9x fp32's)."""
+ALP_CLAIM_PAIRS = tuple((alp, other) for alp in ("token_alp", "seq_alp")
+                        for other in ("seq_bypass", "token_mis", "seq_mis", "dppo_tv"))
+
+
 def _alp_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
     # The regime bench/mismatch_sweep.py picked on the demo recipe (docs/experiments.md "Choosing the regime"):
     # rollouts two updates old, where GRPO's r_mis reaches P2 0.84 and a min of 4e-4; bf16 alone (KL 5e-5) and
-    # int8 weights (7e-5) leave the methods nothing to differ on.
-    return [Setting("lag2", ("rollout.policy_lag=2",))]
+    # int8 weights (7e-5) leave the methods nothing to differ on. The fp16 arm keeps the lag: fp16 removes the
+    # precision share of the mismatch, not the lag's.
+    lag2 = ("rollout.policy_lag=2",)
+    return [Setting("lag2", lag2),
+            Setting(ALP_FP16_SETTING, (*lag2, "rollout.dtype=float16", "distributed.mixed_precision=fp16"),
+                    methods=ALP_FP16_METHODS)]
+
+
+def alp_comparisons(arms: list[str]) -> list[tuple[str, str]]:
+    """Every method against GRPO under lag 2; each ALP arm against the other corrections (ALP Tables 1, 3); GRPO in
+    fp16 against GRPO in bf16 and against the corrections in bf16 (the FP16 paper's claim: precision, not a
+    correction)."""
+    pairs = [(arm, "grpo/lag2") for arm in arms if arm.endswith("/lag2") and arm != "grpo/lag2"]
+    pairs += [(f"{alp}/lag2", f"{other}/lag2") for alp, other in ALP_CLAIM_PAIRS]
+    pairs += [(f"{m}/{ALP_FP16_SETTING}", f"{other}/lag2") for m in ALP_FP16_METHODS
+              for other in ("grpo", "token_mis", "seq_bypass", "token_alp")]
+    return pairs
 
 
 def _layer_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
@@ -279,13 +302,13 @@ SUITES = {s.name: s for s in (
     Suite("alp", "GRPO, Seq-Bypass, Seq/Token-MIS and Token/Seq-ALP under one dialled mismatch (ALP Tables 1/3, "
           "Figures 1-5, 10), with DPPO-TV as 2026's most shipped correction beside them",
           ("grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp", "dppo_tv"),
-          _alp_settings, baseline_method="grpo",
-          cost="18 cells (6 methods × lag2 × 3 seeds): 43.2 min, 2.4 min a cell (2026-12-01, beside "
-               "other work)",
+          _alp_settings, pair_arms=alp_comparisons,
+          cost="24 cells (7 methods × lag2 and GRPO × lag2_fp16, × 3 seeds); 18 of them (without dppo_tv and "
+               "fp16) took 43.2 min, 2.4 min a cell (2026-12-01, beside other work); an fp16 cell's updates cost "
+               "6-9× fp32's on a CPU without fp16 arithmetic",
           claim="under training-inference mismatch Token/Seq-ALP reach a "
-          "higher held-out avg@k than GRPO, Seq-Bypass, Token-MIS and Seq-MIS",
-          also_compare=tuple((alp, other) for alp in ("token_alp", "seq_alp")
-                             for other in ("seq_bypass", "token_mis", "seq_mis", "dppo_tv"))),
+          "higher held-out avg@k than GRPO, Seq-Bypass, Token-MIS and Seq-MIS; FP16 training: GRPO with sampler and "
+          "trainer in fp16 matches the corrections in bf16"),
     Suite("layers", "Seq-ALP on all / early / middle / late decoder layers and on the logits only (ALP Table 4, "
           "Figure 6)", ("seq_alp",), _layer_settings, baseline_setting="layers_all",
           cost="15 cells (5 settings × 3 seeds): 2.5-5 min a cell (33.3 min for seeds 0-1)",

@@ -11,7 +11,7 @@ import pytest
 from app import experiment_run
 from app.cli import main, parse_args
 from app.experiment import SUITES, thirds
-from app.experiment_run import build_plan
+from app.experiment_run import build_plan, cell_config
 from evaluation.experiment_report import ROBUSTNESS_FIGURE, scale_words
 from evaluation.experiment_stats import compare, tag_problems, verdict
 from evaluation.report import write_report
@@ -33,7 +33,8 @@ def test_thirds_split_the_decoder_layers_into_early_middle_late():
 def test_every_suite_plans_cells_whose_configs_validate(tmp_path):
     for name in SUITES:  # build_plan builds every cell's config, so a bad preset/setting pair fails here
         plan = plan_of(name, "--scale", "smoke", "--out", str(tmp_path / name))
-        assert len(plan.cells) == len(SUITES[name].methods) * len({c.setting for c in plan.cells})
+        settings = {c.setting for c in plan.cells}  # a setting may name the methods it runs (alp's fp16: GRPO)
+        assert len(plan.cells) == sum(len(s.methods or SUITES[name].methods) for s in settings)
         assert len({c.name for c in plan.cells}) == len(plan.cells)
 
 
@@ -41,8 +42,13 @@ def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
     alp = plan_of("alp", "--scale", "smoke", "--seeds", "0,1", "--out", str(tmp_path / "a"))
     claim = [(f"{a}/lag2", f"{b}/lag2") for a in ("token_alp", "seq_alp") for b in ("seq_bypass", "token_mis",
                                                                                    "seq_mis", "dppo_tv")]
-    assert alp.comparisons() == [(f"{m}/lag2", "grpo/lag2") for m in ALP_METHODS[1:]] + claim  # ALP vs each
-    assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 14
+    fp16 = [("grpo/lag2_fp16", f"{m}/lag2") for m in ("grpo", "token_mis", "seq_bypass", "token_alp")]
+    assert alp.comparisons() == [(f"{m}/lag2", "grpo/lag2") for m in ALP_METHODS[1:]] + claim + fp16
+    assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 16  # 7 methods at lag 2, GRPO in fp16
+    fp16_cell = next(c for c in alp.cells if c.setting.name == "lag2_fp16")
+    cfg = cell_config(alp.config, alp.cell_overrides(fp16_cell))
+    assert (cfg.algo.name, cfg.rollout.dtype, cfg.distributed.mixed_precision, cfg.rollout.policy_lag) == (
+        "grpo", "float16", "fp16", 2)
     layers = plan_of("layers", "--scale", "smoke", "--out", str(tmp_path / "l"))
     assert [b for _, b in layers.comparisons()] == ["seq_alp/layers_all"] * 4 + ["seq_alp/logits_only"] * 3
     stale = plan_of("staleness", "--scale", "smoke", "--out", str(tmp_path / "s"))
@@ -102,12 +108,12 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     for name in ("report.html", "report.json", "report.md"):
         assert (out / name).stat().st_size > 0
     data = json.loads((out / "report.json").read_text())
-    assert list(data["arms"]) == [f"{m}/lag2" for m in ALP_METHODS]
-    assert data["cells_finished"] == data["cells_planned"] == 7 and data["start"] == str(sft_dir)
+    assert list(data["arms"]) == [f"{m}/lag2" for m in ALP_METHODS] + ["grpo/lag2_fp16"]
+    assert data["cells_finished"] == data["cells_planned"] == 8 and data["start"] == str(sft_dir)
     for arm in data["arms"].values():
         assert arm["ci_lo"] <= arm["success"] <= arm["ci_hi"] and arm["problems"] == 4
         assert set(arm["pass_at_k"]) == {"1", "2"} and arm["training"]["mismatch_kl_mean"] is not None
-    assert [c["baseline"] for c in data["comparisons"]][:6] == ["grpo/lag2"] * 6 and len(data["comparisons"]) == 14
+    assert [c["baseline"] for c in data["comparisons"]][:6] == ["grpo/lag2"] * 6 and len(data["comparisons"]) == 18
     for c in data["comparisons"]:
         assert c["ci_lo"] <= c["diff"] <= c["ci_hi"] and c["verdict"] in ("better", "worse", "inside the noise")
         assert c["summary"].startswith("At this scale") and c["arm"] in c["summary"]
@@ -145,7 +151,7 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     partial = json.loads((out / "report.json").read_text())
     assert len(calls) == 1 and calls[0] in (half_done.name, never_started.name)
     (left,) = {half_done.name, never_started.name} - set(calls)
-    assert partial["cells_missing"] == [left] and partial["cells_finished"] == 6
+    assert partial["cells_missing"] == [left] and partial["cells_finished"] == 7
     assert f"(missing: {left})" in (out / "report.md").read_text()
     assert not (out / "report.html").exists()  # figures are drawn once, when the experiment ends
     assert main(argv) == 0, capsys.readouterr().err
@@ -156,7 +162,7 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     # starting over, so its directory, stray file included, was kept
     assert json.loads((half_done / "cell.json").read_text())["resumed_from_step"] == 2
     assert (half_done / "left_by_the_kill.txt").exists()
-    assert len(json.loads((out / "report.json").read_text())["arms"]) == 7
+    assert len(json.loads((out / "report.json").read_text())["arms"]) == 8
     # each cell is an ordinary run directory: `alprl report` overlays them
     assert write_report([cells[0], cells[-1]], out=tmp_path / "overlay.html").stat().st_size > 0
 
