@@ -247,8 +247,8 @@ def test_a_cell_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, sft_di
     from trainer import loop
 
     out = tmp_path / "long"
-    argv = ["experiment", "alp", "--scale", "smoke", "--methods", "grpo", "--steps", "3", "--save-every", "1",
-            "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
+    argv = ["experiment", "alp", "--scale", "smoke", "--methods", "grpo", "--settings", "lag2", "--steps", "3",
+            "--save-every", "1", "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
     real_step, steps_run = loop.train_step, []
 
     def killed_at_step_3(c, cfg, algos, step, rollouts):
