@@ -39,6 +39,21 @@ def _long_requests(tok):
     return [GenerationRequest(tok.encode(f"Compute {i} * 7."), 900) for i in range(8)]
 
 
+
+def still_running(tree: list[psutil.Process], timeout: float = 5.0) -> list[psutil.Process]:
+    """The processes of `tree` that have not exited within `timeout`. A zombie has exited: it is an entry waiting
+    for its parent (or, once orphaned, init) to read its status, and holds no memory or CPU, so it does not count;
+    psutil counts it as running."""
+    _, alive = psutil.wait_procs(tree, timeout=timeout)
+    return [p for p in alive if _status(p) != psutil.STATUS_ZOMBIE]
+
+
+def _status(p: psutil.Process) -> str:
+    try:
+        return p.status()
+    except psutil.NoSuchProcess:
+        return psutil.STATUS_DEAD
+
 def test_a_killed_engine_core_fails_every_call_within_seconds(tiny_model_dir, model_tok):
     from agents.engines.vllm import CLOSE_TIMEOUT_S
 
@@ -65,7 +80,7 @@ def test_a_killed_engine_core_fails_every_call_within_seconds(tiny_model_dir, mo
         engine.close()
         closing = time.monotonic() - started
     assert closing < CLOSE_TIMEOUT_S
-    _, alive = psutil.wait_procs(tree, timeout=5)
+    alive = still_running(tree)
     assert not alive, f"left running after close(): {[(p.pid, p.name()) for p in alive]}"
 
 
@@ -93,5 +108,5 @@ def test_close_is_bounded_when_the_engine_core_hangs(tiny_model_dir, model_tok):
     for future in pending:  # the callers are released, not left waiting
         with pytest.raises(RuntimeError, match="closed"):
             future.result(timeout=1)
-    _, alive = psutil.wait_procs(tree, timeout=5)
+    alive = still_running(tree)
     assert not alive, f"left running after close(): {[(p.pid, p.name()) for p in alive]}"
