@@ -372,8 +372,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"{acc[1] / k:.2f}, its live children {acc[2] / k:.2f}, reaped processes {acc[3] / k:.2f})")
         if ("peer" in cpu_roots) and (name, "peer") in totals.cpu:
             cpu_a, cpu_p = totals.cpu[(name, "alprl")], totals.cpu[(name, "peer")]
-            print(f"ratio CPU per execution peer/alprl ({name}): "
-                  f"{(sum(cpu_p[1:]) / cpu_p[0]) / (sum(cpu_a[1:]) / cpu_a[0]):5.2f}x")
+            if sum(cpu_a[1:]) > 0:
+                print(f"ratio CPU per execution peer/alprl ({name}): "
+                      f"{(sum(cpu_p[1:]) / cpu_p[0]) / (sum(cpu_a[1:]) / cpu_a[0]):5.2f}x")
+            else:  # a few fast executions can use less than one of /proc's clock ticks (10 ms) in all
+                print(f"ratio CPU per execution peer/alprl ({name}): n/a (alprl's CPU below /proc's resolution; "
+                      "raise --requests)")
         if peer is not None:
             ap50, ap99, _ = totals.p(name, "alprl")
             pp50, pp99, _ = totals.p(name, "peer")

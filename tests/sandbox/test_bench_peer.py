@@ -31,7 +31,9 @@ def test_bench_measures_a_peer_in_the_same_rounds(capsys):
     bench = _load_bench()
     try:
         with start_server(workers=1, max_sessions=0, uid_base=fresh_uid_base()) as peer:
-            rc = bench.main(["--peer", peer.url, "--peer-pid", str(peer.proc.pid), "--requests", "4", "--latency-requests", "2", "--naive", "2",
+            # 16 requests a round: fewer can use less than one /proc clock tick (10 ms) of alprl CPU in all
+            rc = bench.main(["--peer", peer.url, "--peer-pid", str(peer.proc.pid), "--requests", "16",
+                             "--latency-requests", "2", "--naive", "2",
                              "--rounds", "2", "--warmup", "1", "--concurrency", "2", "--workers", "1",
                              "--no-pool", "--no-container"])
     except ServerStartError as exc:
