@@ -7,7 +7,7 @@ env is one more `EnvEntry`. Adapters to the real environments (ALFWorld, a WebSh
 generated twin's agent, wrapper and prompt, so a model trained on the twin runs on them unchanged; they have
 no SFT expert (the twin's episodes are the warm start).
 
-`env_cfg` below is the run config's `env` section (`trainer.config.EnvConfig`).
+`env_cfg` below is the run config's `env` section (`trainer.config.train_config.EnvConfig`).
 """
 
 from __future__ import annotations

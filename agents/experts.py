@@ -1,11 +1,11 @@
 """Imperfect scripted experts that play an env for SFT data, one player per env family.
 
 A player turns (config, a made env, example index) into an `ExpertEpisode`: the first observation, the
-assistant turn texts and the observations the real env returned after each of them. `trainer/sft.py` tokenizes
+assistant turn texts and the observations the real env returned after each of them. `trainer/sft/train.py` tokenizes
 these exactly like rollouts. Example i plays the train task at global index `envs.splits.sft_index(i)`, a range
 RL never samples. A new env family registers its player in `agents/env_families.py`.
 
-`cfg` is the run config (`trainer.config.TrainConfig`: its `seed`, `env` and `sft` sections are read).
+`cfg` is the run config (`trainer.config.train_config.TrainConfig`: its `seed`, `env` and `sft` sections are read).
 """
 
 from __future__ import annotations

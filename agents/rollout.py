@@ -1,5 +1,5 @@
 """Multi-turn rollout driver: the ONLY place that builds `loss_mask` (through `Trajectory.append`; a whole episode
-leaves the loss through `Trajectory.mask_out`, here and in DAPO's overlong filter, trainer/dapo.py).
+leaves the loss through `Trajectory.mask_out`, here and in DAPO's overlong filter, trainer/algorithms/dapo.py).
 
 Each turn of an episode: its context (prompt + response so far) goes to the engine; the sampled tokens are
 appended with mask 1 and their engine log-probs; the decoded turn text goes to `env.step`; the observation is

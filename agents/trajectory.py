@@ -1,7 +1,7 @@
 """The unit of RL data: one multi-turn episode as the sampler produced it, token-in/token-out.
 
 Defined here (not in trainer/) because imports point one way (sandbox ← envs ← agents ← evaluation ←
-trainer) and `agents/rollout.py` is the only place that builds it. `trainer/types.py` re-exports it.
+trainer) and `agents/rollout.py` is the only place that builds it. `trainer/objective/types.py` re-exports it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`alprl` command line: train, sft, demo, report, eval, robustness, experiment, sandbox.
 
-Configs are YAML files overriding the dataclass defaults of trainer/config.py, plus `key=value`
+Configs are YAML files overriding the dataclass defaults of trainer/config/train_config.py, plus `key=value`
 overrides (dotted keys, YAML values) and `algorithm=<preset>`, in the order `CONFIG_ORDER` states. A bad key or value
 exits with status 2 and one line naming the key and the valid choices.
 """
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from app.eval_cli import add_eval_parser, run_eval_command
 from app.experiment_run import add_experiment_parser, run_experiment_command
-from trainer.config import (
-    ConfigError,
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import (
     TrainConfig,
     algorithm_presets,
     build_config,
@@ -29,7 +29,7 @@ from trainer.config import (
 )
 
 if TYPE_CHECKING:
-    from trainer.memory_plan import MemoryPlan
+    from trainer.runtime.memory_plan import MemoryPlan
 
 CONFIG_ORDER = """order, later wins: defaults <- preset <- recipe (--config) <- key=value. The preset is the recipe's
 `algorithm: <name>`, or algorithm=<name> on the command line in its place, so the recipe's own keys still win over
@@ -124,7 +124,7 @@ def robustness_settings(args: argparse.Namespace):
     from pathlib import Path
 
     from agents.env_families import env_entry
-    from trainer.run_config import (
+    from trainer.config.run_config import (
         RUN_CONFIG_FILE,
         eval_settings,
         load_run_config,
@@ -156,8 +156,8 @@ def run_robustness_command(args: argparse.Namespace) -> int:
 
     from transformers.utils import logging as hf_logging
 
-    from evaluation.robustness_cli import parse_scales, run_robustness
-    from trainer.run_config import run_eval_on_tasks
+    from evaluation.robustness_run import parse_scales, run_robustness
+    from trainer.config.run_config import run_eval_on_tasks
 
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per condition would drown the sweep's own lines
     try:
@@ -226,7 +226,7 @@ PLAN_SEPARATOR = "# --- memory plan ---"
 
 def _print_plan(command: str, plan: MemoryPlan) -> int:
     """The memory plan after the JSON, on stdout; one line on stderr and 2 when it does not fit the device."""
-    from trainer.memory_plan import format_plan, refusal
+    from trainer.runtime.memory_plan import format_plan, refusal
 
     print(PLAN_SEPARATOR)
     print(format_plan(plan))
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "experiment":
         return _guarded("experiment", run_experiment_command, args)
     if args.command == "report":
-        from evaluation.report import write_report
+        from evaluation.reports.run_report import write_report
 
         print(write_report(args.run_dirs, out=args.out))
         return 0
@@ -266,20 +266,20 @@ def main(argv: list[str] | None = None) -> int:
         cfg = build_config(args.config, args.overrides)
         for note in preset_notes(args.config, args.overrides):  # where the recipe's keys win over `algorithm=`
             print(f"alprl {args.command}: note: {note}", file=sys.stderr)
-        from trainer.validation import validate_model_shape  # here, as it loads torch and gymnasium
+        from trainer.config.validation import validate_model_shape
 
         shape_warnings = validate_model_shape(cfg)  # the run's engine start logs the same warnings
         if args.command in ("train", "demo"):
-            from trainer.memory_plan import host_memory_warning
+            from trainer.runtime.memory_plan import host_memory_warning
 
             shape_warnings += [w for w in [host_memory_warning(cfg)] if w]
         if args.command in ("sft", "demo"):  # both build the warm start: what SFT refuses, --dry-run refuses too
-            from trainer.sft import check_sft_config
+            from trainer.sft.train import check_sft_config
 
             check_sft_config(cfg)
         plan = None
         if args.dry_run and args.command == "train":  # the shape is read before anything is printed
-            from trainer.memory_plan import plan_memory
+            from trainer.runtime.memory_plan import plan_memory
 
             plan = plan_memory(cfg)
     except ConfigError as exc:
@@ -293,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     from agents.engines.base import EngineDied
     from envs.adapters import AdapterUnavailable
     from sandbox.client import SandboxAuthError
-    from trainer.checkpoint import DiskFullError
-    from trainer.outage import EXIT_SANDBOX_DOWN, SandboxOutage
+    from trainer.runtime.checkpoint import DiskFullError
+    from trainer.runtime.outage import EXIT_SANDBOX_DOWN, SandboxOutage
 
     try:
         return run_command(args, cfg)
@@ -424,7 +424,7 @@ def _run(args: argparse.Namespace, cfg: TrainConfig) -> int:
 
         torch.set_num_threads(cfg.torch_threads)
     if args.command == "sft":
-        from trainer.sft import run_sft
+        from trainer.sft.train import run_sft
 
         print(run_sft(cfg, show_progress=show, force=args.force))
     elif args.command == "train":

@@ -12,11 +12,11 @@ from typing import Any
 
 from rich.console import Console
 
-from evaluation.report import write_report
+from evaluation.reports.run_report import write_report
 from sandbox.local_server import serve_in_background
-from trainer.config import TrainConfig
+from trainer.config.train_config import TrainConfig
 from trainer.loop import train
-from trainer.sft import run_sft
+from trainer.sft.train import run_sft
 
 
 def run_demo(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any]:

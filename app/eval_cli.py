@@ -106,7 +106,7 @@ def build_engine(plan):
 def execute(plan, store, *, show_progress: bool = True) -> dict[str, list[dict]]:
     """Start the engine, play every missing chunk with a progress bar, close the engine; records per benchmark."""
     from evaluation.eval_run import run_benchmarks, stored_episodes
-    from trainer.progress import progress_bar
+    from trainer.runtime.progress import progress_bar
 
     total = sum(b.episodes for b in plan.benchmarks)
     done = stored_episodes(plan.benchmarks, store)
@@ -132,8 +132,13 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from agents.engines.base import EngineDied
     from app.eval_plan import plan_eval
     from envs.adapters import AdapterUnavailable
-    from evaluation.eval_report import score_table, summarize_eval, ungradable_lines, write_eval_report
     from evaluation.eval_store import RecordStore
+    from evaluation.reports.eval_report import (
+        score_table,
+        summarize_eval,
+        ungradable_lines,
+        write_eval_report,
+    )
 
     hf_logging.disable_progress_bar()
     try:

@@ -1,6 +1,6 @@
 """What `alprl eval` will run, settled before any model loads: benchmarks, their settings, the output directory.
 
-One evaluation path: a benchmark is played with `trainer.run_config.eval_settings` of a config built the way
+One evaluation path: a benchmark is played with `trainer.config.run_config.eval_settings` of a config built the way
 `alprl robustness` builds it (the checkpoint's `alprl_config.yaml`, else the defaults; then the options; then
 key=value overrides), so an alprl checkpoint keeps its run's prompt format, stop strings, limits, sampling and
 seed. Per benchmark only the env section changes:
@@ -12,7 +12,7 @@ seed. Per benchmark only the env section changes:
   apply to every benchmark file).
 - a built-in name (an env alias of `agents/env_families.py`: tir, math, household, webshop, ...) plays that env's
   own test split (the generated arithmetic problems for tir and math).
-Every file is loaded and checked here (`trainer.validation.validate_config`), so a bad file is one error before
+Every file is loaded and checked here (`trainer.config.validation.validate_config`), so a bad file is one error before
 the engine starts. A plain Hugging Face model (no run config) gets the defaults plus a response budget a real model
 needs (`PLAIN_MODEL_BUDGET`); in single mode, when the run did not play single-turn math, the one turn may use the
 whole response budget (a tool turn's `rollout.max_new_tokens` is far too short for a chain of thought).
@@ -36,15 +36,16 @@ from agents.models import resolve_local
 from envs.datasets import DatasetError, fingerprint
 from envs.tir.problems import load_split
 from evaluation.eval_run import Benchmark
-from trainer.config import ConfigError, EnvConfig, TrainConfig, build_config, parse_overrides
-from trainer.run_config import (
+from trainer.config.errors import ConfigError
+from trainer.config.run_config import (
     DATASET_KEYS,
     RUN_CONFIG_FILE,
     eval_settings,
     load_run_config,
     run_code_where_the_sandbox_answers,
 )
-from trainer.validation import validate_config
+from trainer.config.train_config import EnvConfig, TrainConfig, build_config, parse_overrides
+from trainer.config.validation import validate_config
 
 MODE_ENVS = {"single": "alprl/Math-v0", "tir": "alprl/TIRMath-v0"}
 PLAIN_MODEL_BUDGET = 4096

@@ -7,16 +7,16 @@ A *setting* is a named set of config overrides (a mismatch, a layer range, a σ0
   (built once if missing; `--scale smoke` builds a tiny one in `<out>/sft` so the recipe's is never rebuilt);
   `model.path` also skips the warm start's seed check, so cells of every seed start from the same weights;
 - the same tasks for a given seed: training tasks and evaluation sampling derive from `seed` only
-  (trainer/tasks.py, trainer/run_config.py `eval_settings`);
+  (trainer/tasks.py, trainer/config/run_config.py `eval_settings`);
 - the same held-out tasks: test indices 0..eval_tasks-1 of the run's own evaluation after its last step.
 
 Override order, later wins: the recipe (`--config`; its own `algorithm:` preset is replaced by the cell's) ← the
 cell's method preset (`algorithm=`) ← the scale's sizes (with a suite's own evaluation interval, `Horizon`) ← the
 user's key=value overrides ← the setting's overrides ← the cell's seed, steps, start and run directory. The method
-sits above the recipe, unlike `alprl train`'s defaults ← preset ← recipe (trainer/config.py `build_config`): a
+sits above the recipe, unlike `alprl train`'s defaults ← preset ← recipe (trainer/config/train_config.py `build_config`): a
 suite compares methods as their presets define them, so a recipe's algo keys (the household recipe's loss_agg)
 must not reach its cells (app/experiment_run.py `cell_config`). A user override of a key that a setting varies
-is refused (the cell names would lie). Running, resuming and the report are in app/experiment_run.py and evaluation/experiment_report.py.
+is refused (the cell names would lie). Running, resuming and the report are in app/experiment_run.py and evaluation/reports/experiment_report.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from trainer.config import ConfigError, TrainConfig, parse_overrides
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import TrainConfig, parse_overrides
 
 SMALL_MODEL = ("model.hidden_size=64", "model.num_layers=3", "model.num_heads=2", "model.num_kv_heads=1",
                "model.intermediate_size=128", "model.vocab_size=384")

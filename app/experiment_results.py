@@ -19,7 +19,7 @@ import json
 import shutil
 from pathlib import Path
 
-from trainer.config import ConfigError
+from trainer.config.errors import ConfigError
 
 CELL_FILE = "cell.json"
 START_FILE = "cell_start.json"  # the overrides a cell started with: a half-done cell resumes only under the same

@@ -42,10 +42,11 @@ from app.experiment import (
     suite_scale,
 )
 from app.experiment_results import CELL_FILE, START_FILE, check_warm_start, restore_cells, sync_results
-from trainer.checkpoint import latest_checkpoint
-from trainer.config import ConfigError, TrainConfig, build_config
-from trainer.progress import progress_bar
-from trainer.run_meta import read_run_meta
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import TrainConfig, build_config
+from trainer.runtime.checkpoint import latest_checkpoint
+from trainer.runtime.progress import progress_bar
+from trainer.runtime.run_meta import read_run_meta
 
 PLAN_FILE = "experiment.json"
 
@@ -151,7 +152,7 @@ def warm_start(plan: Plan, show_progress: bool) -> None:
         if not Path(cfg.model.path).expanduser().exists():
             raise FileNotFoundError(f"model.path={cfg.model.path} does not exist")
         return
-    from trainer.sft import run_sft
+    from trainer.sft.train import run_sft
 
     run_sft(cfg, show_progress=show_progress)
 
@@ -193,8 +194,8 @@ def final_eval_file(run_dir: Path) -> Path | None:
 def robustness_sweep(cfg: TrainConfig, run_dir: Path, num_tasks: int) -> str:
     """The robustness sweep (built-in families and scales) of the cell's final checkpoint, as `alprl robustness`
     plays it from the run's own config; returns the report's path."""
-    from evaluation.robustness_cli import run_robustness
-    from trainer.run_config import eval_settings
+    from evaluation.robustness_run import run_robustness
+    from trainer.config.run_config import eval_settings
 
     checkpoint = run_dir / "checkpoints" / f"step_{cfg.steps}"
     report = run_robustness(checkpoint, eval_settings(cfg), ("noise", "prune", "quant"), None,
@@ -324,7 +325,7 @@ def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, re
                    results: Path | None = None) -> Path:
     """Run the plan's unfinished cells (one progress bar over cells) and write the report; returns report.html.
     With `results`, finished cells kept there count as finished, and each cell is kept there as it finishes."""
-    from evaluation.experiment_report import write_experiment_report  # matplotlib: not for `alprl --help`
+    from evaluation.reports.experiment_report import write_experiment_report
 
     plan.out.mkdir(parents=True, exist_ok=True)
     (plan.out / PLAN_FILE).write_text(json.dumps(plan.describe(), indent=2))

@@ -47,9 +47,9 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import build_config
+from trainer.config.train_config import build_config
 from trainer.loop import train
-from trainer.sft import run_sft
+from trainer.sft.train import run_sft
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "trainer"))  # the tiny config shared with the trainer tests

@@ -36,7 +36,7 @@ import torch
 
 from trainer.algorithms import AlgorithmState
 from trainer.components import build_components
-from trainer.config import build_config
+from trainer.config.train_config import build_config
 from trainer.loop import collect_rollouts, learn, seed_everything
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,8 +20,8 @@ from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
 from agents.models import build_tiny_model, train_tokenizer
 from agents.trajectory import Trajectory
-from trainer.logprobs import compute_logprobs
-from trainer.types import collate
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.types import collate
 
 CORPUS = ["Compute 4821 * 937.", "```python\nprint(4821 * 937)\n```", "\nCode execution result: 4517277\n",
           "The answer is \\boxed{4517277}."] * 50

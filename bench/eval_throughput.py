@@ -40,8 +40,8 @@ from envs.tir.tasks import generate_task
 from evaluation.eval_run import run_benchmarks
 from evaluation.eval_store import RecordStore
 from evaluation.evaluate import evaluation_specs
-from trainer.config import build_config
-from trainer.sft import run_sft
+from trainer.config.train_config import build_config
+from trainer.sft.train import run_sft
 
 
 def plan(model: str, file: Path, mode: str, args: argparse.Namespace, out: Path):

@@ -18,8 +18,8 @@ CONTEXT = 2048
 
 def build(out: Path) -> None:
     from agents.models import build_tiny_model, save_pretrained
-    from trainer.config import build_config
-    from trainer.sft import prepare_data
+    from trainer.config.train_config import build_config
+    from trainer.sft.train import prepare_data
 
     cfg = build_config(None, ["sft.num_examples=200"])
     tokenizer, _, _ = prepare_data(cfg, show_progress=False)  # the tokenizer `alprl sft` would train

@@ -22,9 +22,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from trainer.config import build_config
-from trainer.logger import read_metrics
+from trainer.config.train_config import build_config
 from trainer.loop import train
+from trainer.runtime.logger import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 

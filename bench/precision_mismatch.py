@@ -31,9 +31,9 @@ import torch
 from mismatch_sweep import extreme, mean_of  # (bench/ is the script's directory)
 
 import trainer.loop
-from trainer.config import build_config
-from trainer.logger import read_metrics
-from trainer.sft import run_sft
+from trainer.config.train_config import build_config
+from trainer.runtime.logger import read_metrics
+from trainer.sft.train import run_sft
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_SFT = ROOT / "runs" / "demo" / "sft"

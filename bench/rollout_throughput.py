@@ -37,8 +37,8 @@ from agents.models import load_model_and_tokenizer
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
 from trainer.components import make_envs
-from trainer.config import build_config
-from trainer.sft import run_sft
+from trainer.config.train_config import build_config
+from trainer.sft.train import run_sft
 from trainer.tasks import rollout_limits
 
 TOOL_POLICY = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=1",

@@ -47,7 +47,7 @@ SERIES = {
     "entropy": "diag/entropy",  # π_θ after the update, without ALP's noise
     "success": "eval/success",  # held-out, on the steps the run evaluated
 }
-"""Per-step quantity → the metrics.jsonl key it is read from (trainer/ratio_diagnostics.py, mismatch_metrics.py,
+"""Per-step quantity → the metrics.jsonl key it is read from (trainer/diagnostics/ratio_diagnostics.py, mismatch_metrics.py,
 policy_drift.py, update.py, loop.py)."""
 
 Series = Sequence[tuple[int, float]]

@@ -23,13 +23,13 @@ from agents.env_families import make_agent, make_env
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent
-from trainer.config import TrainConfig
-from trainer.distributed import SINGLE, DistContext, build_grad_scaler, shard_policy, visible_devices
-from trainer.full_weights import full_named_parameters
-from trainer.memory_plan import host_memory_warning
+from trainer.config.train_config import TrainConfig
 from trainer.reference import frozen
-from trainer.sampler_mismatch import SamplerSync, parse_sampler_quant
-from trainer.sft_cache import check_warm_start
+from trainer.runtime.distributed import SINGLE, DistContext, build_grad_scaler, shard_policy, visible_devices
+from trainer.runtime.full_weights import full_named_parameters
+from trainer.runtime.memory_plan import host_memory_warning
+from trainer.runtime.sampler_mismatch import SamplerSync, parse_sampler_quant
+from trainer.sft.cache import check_warm_start
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -49,10 +49,10 @@ class Components:
     reference: PreTrainedModel | None = None
     """The frozen starting policy of the KL term (algo.kl_coef > 0; trainer/reference.py); None without one."""
     sampler: SamplerSync | None = None
-    """What the engine holds (fake-quantized, lagged weights; trainer/sampler_mismatch.py); None: the trainer's."""
+    """What the engine holds (fake-quantized, lagged weights; trainer/runtime/sampler_mismatch.py); None: the trainer's."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
     dist: DistContext = SINGLE
-    """This process's rank, world size and device (trainer/distributed.py)."""
+    """This process's rank, world size and device (trainer/runtime/distributed.py)."""
     grad_scaler: ShardedGradScaler | None = None
     """fp16's dynamic loss scaler (distributed.mixed_precision=fp16), its state saved with checkpoints; None
     otherwise. MIPU's rollback restores the model and optimizer, not the scale: it tracks fp16's range, not the

@@ -4,12 +4,12 @@ remaining stages, each a named call, in order:
     rollout (`collect_step`) → `rollout_metrics` → `overlong_shaping` → batch (`prepare_batch`: old log-probs →
     advantages → corrections → (QUATRO duals)) → `sprpo_allocation` → `mismatch_report` → `update` (mini-batch
     steps, each `update_policy` in trainer/update.py, Table 5's `RatioProbe` on the first and last) → engine sync
-    (the sampler's view: trainer/sampler_mismatch.py), with MIPU's screening as one explicit branch around update
+    (the sampler's view: trainer/runtime/sampler_mismatch.py), with MIPU's screening as one explicit branch around update
     + sync (`candidate_snapshot`, then `mipu_screening`: validation rollouts → the same `prepare_batch` → gap proxy
     → keep or roll back)
 
 With `rollout.async_rollouts` the rollout stage takes the batch a background producer sampled ahead, and the
-engine sync is the producer's (trainer/async_rollouts.py: the schedule, the staleness bound, resume).
+engine sync is the producer's (trainer/runtime/async_rollouts.py: the schedule, the staleness bound, resume).
 
 Stages return what they compute; `prepare_batch` alone assigns it to the batch, for the update and for MIPU's
 validation batch alike (the rollout, and DAPO's overlong filter through the same `Trajectory.mask_out`, alone write
@@ -33,8 +33,8 @@ from agents.rollout import run_episodes
 from agents.trajectory import Trajectory
 from envs.splits import derive_seed
 from evaluation.evaluate import evaluation_records, summarize
-from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.algorithms import AlgorithmState
+from trainer.algorithms.dapo import collect_dynamic, overlong_shaping
 from trainer.algorithms.mipu import (
     MipuHistory,
     Snapshot,
@@ -44,27 +44,27 @@ from trainer.algorithms.mipu import (
     validation_rollouts,
 )
 from trainer.algorithms.quatro import quatro_targets
-from trainer.async_rollouts import AsyncRollouts, start_async
-from trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from trainer.components import Components, build_components, make_envs
-from trainer.config import TrainConfig, to_dict
-from trainer.dapo import collect_dynamic, overlong_shaping
-from trainer.distributed import DistContext, close_distributed, init_distributed, rank_share
-from trainer.gigpo import gigpo_token_advantages
-from trainer.logger import MetricLogger
-from trainer.metrics import mean_of, rollout_metrics
-from trainer.mismatch_metrics import mismatch_diagnostics
-from trainer.objective import prepare_corrections
-from trainer.outage import OutageWatch, SandboxOutage
-from trainer.policy_drift import policy_drift
-from trainer.progress import progress_bar
-from trainer.ratio_diagnostics import RatioProbe, diag_suffixes
+from trainer.config.run_config import eval_settings
+from trainer.config.train_config import TrainConfig, to_dict
+from trainer.diagnostics.mismatch_metrics import mismatch_diagnostics
+from trainer.diagnostics.policy_drift import policy_drift
+from trainer.diagnostics.ratio_diagnostics import RatioProbe, diag_suffixes
+from trainer.diagnostics.rollout_metrics import mean_of, rollout_metrics
+from trainer.diagnostics.scatter import is_periodic_step, save_scatter
+from trainer.objective.advantages import broadcast_advantages, group_advantages
+from trainer.objective.batch_objective import prepare_corrections
+from trainer.objective.gigpo import gigpo_token_advantages
+from trainer.objective.types import Batch, collate
 from trainer.reference import kl_reward_penalty, reference_logprobs
-from trainer.run_config import eval_settings
-from trainer.run_meta import start_run_meta
-from trainer.scatter import is_periodic_step, save_scatter
+from trainer.runtime.async_rollouts import AsyncRollouts, start_async
+from trainer.runtime.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from trainer.runtime.distributed import DistContext, close_distributed, init_distributed, rank_share
+from trainer.runtime.logger import MetricLogger
+from trainer.runtime.outage import OutageWatch, SandboxOutage
+from trainer.runtime.progress import progress_bar
+from trainer.runtime.run_meta import start_run_meta
 from trainer.tasks import episode_specs, rollout_limits
-from trainer.types import Batch, collate
 from trainer.update import UpdateSettings, minibatch_rows, old_logprobs, update_policy
 
 
@@ -87,7 +87,7 @@ def collect_rollouts(c: Components, cfg: TrainConfig, step: int) -> list[Traject
 
 def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Trajectory], dict[str, float]]:
     """This rank's rollouts of the step and their sampling metrics; with `algo.dynamic_sampling` zero-variance
-    groups are dropped and refilled (trainer/dapo.py). Each episode samples with the seeds it has in the whole
+    groups are dropped and refilled (trainer/algorithms/dapo.py). Each episode samples with the seeds it has in the whole
     step's batch, so N ranks play the episodes one process would."""
     every = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
     specs, first = rank_share(every, c.dist)
@@ -107,7 +107,7 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
 def compute_advantages(batch: Batch, cfg: TrainConfig, trajs: list[Trajectory],
                        per_episode: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
     """Advantages over the sampled tokens, (B, T): GRPO's group advantage per episode, or with
-    `algo.advantage=gigpo` GiGPO's per turn (trainer/gigpo.py, which reads the trajectories' turns) unless
+    `algo.advantage=gigpo` GiGPO's per turn (trainer/objective/gigpo.py, which reads the trajectories' turns) unless
     `per_episode` asks for the episode's own."""
     if cfg.algo.advantage == "gigpo" and not per_episode:
         return gigpo_token_advantages(batch, cfg.algo, trajs)
@@ -122,7 +122,7 @@ def diagnostic_step(cfg: TrainConfig, step: int) -> bool:
 
 
 def ratio_probe(cfg: TrainConfig, step: int, k: int, num_minibatches: int) -> RatioProbe | None:
-    """Table 5's probe for mini-batch k (trainer/ratio_diagnostics.py): on the first and the last mini-batch while
+    """Table 5's probe for mini-batch k (trainer/diagnostics/ratio_diagnostics.py): on the first and the last mini-batch while
     `diagnostics.every` > 0, with its extra forwards on the steps `diagnostic_step` picks; else None."""
     suffixes = diag_suffixes(k, num_minibatches) if cfg.diagnostics.every else ()
     if not suffixes:
@@ -366,7 +366,7 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                     save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer,
                                     extra=extra_state(c, algos, rollouts), run_config=cfg, run_meta=run_meta, ctx=ctx)
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
-                if outage:  # trainer/outage.py: the sandbox kept failing; --resume continues from this step
+                if outage:  # trainer/runtime/outage.py: the sandbox kept failing; --resume continues from this step
                     raise SandboxOutage(outage)
     finally:
         if rollouts is not None:  # before the engine closes

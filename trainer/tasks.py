@@ -19,7 +19,7 @@ import random
 from agents.env_families import problem_count
 from agents.rollout import EpisodeSpec, RolloutLimits
 from envs.splits import RL_TRAIN_INDICES, derive_seed
-from trainer.config import TrainConfig
+from trainer.config.train_config import TrainConfig
 
 
 def rollout_limits(cfg: TrainConfig) -> RolloutLimits:

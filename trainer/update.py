@@ -4,10 +4,10 @@ Stages used by the loop: `old_logprobs` (no grad, unperturbed; `prepare_batch` i
 `batch.old_logp`) and `update_policy` on the batch `prepare_batch` made, corrections included: per micro-batch
 forward → loss → backward, then `optimizer_step` (global grad clip → non-finite guard → optimizer step). What is
 optimized lives in `objective.py`; this module never branches on algorithm names. What every step of a run shares
-is one `UpdateSettings`; Table 5's diagnostics attach as one optional `RatioProbe` (trainer/ratio_diagnostics.py),
+is one `UpdateSettings`; Table 5's diagnostics attach as one optional `RatioProbe` (trainer/diagnostics/ratio_diagnostics.py),
 which reads the update forward and never changes the step.
 
-With `distributed.mixed_precision=fp16` a grad scaler (`trainer/distributed.py` build_grad_scaler) makes it
+With `distributed.mixed_precision=fp16` a grad scaler (`trainer/runtime/distributed.py` build_grad_scaler) makes it
 verl's sequence: scale(loss).backward() per micro-batch → unscale → clip → step unless a gradient overflowed →
 update the scale.
 
@@ -25,8 +25,13 @@ import torch
 from torch import nn
 
 from agents.perturbation import LayerwisePerturbation, noise_seed
-from trainer.config import AlgoConfig, TrainConfig
-from trainer.distributed import (
+from trainer.config.algo_config import AlgoConfig
+from trainer.config.train_config import TrainConfig
+from trainer.diagnostics.ratio_diagnostics import RatioProbe
+from trainer.objective.batch_objective import denominators, micro_batch_objective
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.types import Batch
+from trainer.runtime.distributed import (
     SINGLE,
     DistContext,
     LocalGrads,
@@ -34,10 +39,6 @@ from trainer.distributed import (
     global_counts,
     reduce_replicated_grads,
 )
-from trainer.logprobs import compute_logprobs
-from trainer.objective import denominators, micro_batch_objective
-from trainer.ratio_diagnostics import RatioProbe
-from trainer.types import Batch
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -87,7 +88,7 @@ def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Gener
 class UpdateSettings:
     """What every mini-batch step of a run shares; `from_config` reads it once from the run's config."""
 
-    algo: AlgoConfig  # the objective (trainer/objective.py)
+    algo: AlgoConfig  # the objective (trainer/objective/batch_objective.py)
     temperature: float  # rollout.temperature: π_θ at the sampler's temperature, so its ratios to μ are meaningful
     micro_batch_size: int  # optim.micro_batch_size: rows per forward / backward (the loss cannot depend on it)
     grad_clip: float  # optim.grad_clip: max global grad norm

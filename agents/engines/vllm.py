@@ -69,7 +69,7 @@ from envs.splits import derive_seed
 
 log = logging.getLogger(__name__)
 
-# vLLM's dtype names for the names our configs use (trainer.config.RolloutConfig.dtype).
+# vLLM's dtype names for the names our configs use (trainer.config.train_config.RolloutConfig.dtype).
 VLLM_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
                "float32": "float32", "fp32": "float32", "auto": "auto"}
 CPU_KV_CACHE_BYTES = 1 << 30  # vLLM-CPU otherwise reserves a fraction of all host memory for its KV cache

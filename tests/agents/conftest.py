@@ -12,8 +12,8 @@ from tool_script import OBSERVATION, TURN_1, TURN_2
 
 from agents.models import load_model_and_tokenizer
 from agents.tir_agent import TIRAgent
-from trainer.config import build_config
-from trainer.sft import train_on_sequences
+from trainer.config.train_config import build_config
+from trainer.sft.train import train_on_sequences
 
 
 def _vllm_engine(model_dir, dtype):

@@ -129,7 +129,7 @@ def test_the_single_turn_reply_is_graded_whatever_it_holds(qwen_tokenizer):
 
 
 def test_unrun_tool_calls_are_counted_in_the_rollout_metrics(qwen_tokenizer):
-    from trainer.metrics import rollout_metrics
+    from trainer.diagnostics.rollout_metrics import rollout_metrics
 
     tok = qwen_tokenizer
     unrun, _, _ = play(tok, [(ids_of(tok, "```python\nprint(1)\n```", end="<|im_end|>"), "eos")])

@@ -32,8 +32,8 @@ from agents.engines.hf import HFEngine
 from agents.engines.vllm import CPU_BLOCK_SIZE, cpu_defaults
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
-from trainer.logprobs import compute_logprobs
-from trainer.types import collate
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.types import collate
 
 # ------------------------------------------------------------------------------------ no engine needed
 

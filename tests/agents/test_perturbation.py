@@ -15,7 +15,7 @@ from transformers import (
 )
 
 from agents.perturbation import LayerwisePerturbation, decoder_layers, noise_seed, parse_layers
-from trainer.losses import aggregate, get_policy_loss
+from trainer.objective.losses import aggregate, get_policy_loss
 
 
 def _model(dtype=torch.float32, layers=2):

@@ -25,8 +25,8 @@ from agents.models import load_model_and_tokenizer
 from agents.rollout import RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
 from envs.tir.env import TIRMathEnv
-from trainer.logprobs import compute_logprobs
-from trainer.types import collate
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.types import collate
 
 IM_END = 151645
 LIMITS = RolloutLimits(max_new_tokens=16, max_response_tokens=64, max_obs_tokens=16)
@@ -67,7 +67,7 @@ def test_transformers_engine_stops_on_the_generation_configs_eos_list_as_vllm_do
 
 def test_a_configured_stop_token_reaches_every_request(im_end_writer):
     """`rollout.stop_token_ids` -> RolloutLimits -> each request's stop ids, after the derived ones."""
-    from trainer.config import build_config
+    from trainer.config.train_config import build_config
     from trainer.tasks import rollout_limits
 
     model, tok = im_end_writer

@@ -1,5 +1,5 @@
 """The rollout records each turn's span of response positions and the state key of the observation it acted on
-(`Trajectory.turn_spans`, `Trajectory.turn_states`), for step-level advantages (trainer/gigpo.py).
+(`Trajectory.turn_spans`, `Trajectory.turn_states`), for step-level advantages (trainer/objective/gigpo.py).
 
 Stand-ins: a scripted engine (two tokens a turn) and an env whose observations differ only in whitespace, so
 the keys are checked to collapse it; the real agents' formatting is not needed for what is recorded.

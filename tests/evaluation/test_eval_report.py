@@ -1,4 +1,4 @@
-"""evaluation.eval_report: summary, terminal table and HTML page from per-sample records (written here, by hand)."""
+"""evaluation.reports.eval_report: summary, terminal table and HTML page from per-sample records (written here, by hand)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 from rich.console import Console
 
-from evaluation.eval_report import (
+from evaluation.reports.eval_report import (
     metric_rows,
     score_table,
     summarize_eval,

@@ -6,8 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evaluation.experiment_report import write_experiment_report
-from evaluation.long_horizon_figures import DYNAMICS_FIGURE, ENVELOPE_FIGURE, KL_FIGURE, SUCCESS_FIGURE
+from evaluation.reports.experiment_report import write_experiment_report
+from evaluation.reports.long_horizon_figures import (
+    DYNAMICS_FIGURE,
+    ENVELOPE_FIGURE,
+    KL_FIGURE,
+    SUCCESS_FIGURE,
+)
 
 STEPS = 12
 

@@ -7,8 +7,8 @@ import pytest
 from report_runs import full_run, old_run
 
 from app.cli import main
-from evaluation.report import eval_changes, write_report
-from evaluation.report_figures import last_multi_sample_eval, pass_curve, scatter_files
+from evaluation.reports.run_figures import last_multi_sample_eval, pass_curve, scatter_files
+from evaluation.reports.run_report import eval_changes, write_report
 
 
 def _write_jsonl(path, records):
@@ -107,7 +107,7 @@ def test_scatter_figure_reads_the_saved_samples(tmp_path):
 
 
 def test_many_overlaid_runs_get_distinct_colours_and_one_legend_beside_the_panels(monkeypatch):
-    from evaluation import report_figures
+    from evaluation.reports import run_figures as report_figures
 
     records = [{"step": s, "rollout/reward": 0.1 * s, "diag/entropy": 1.0 / s, "diag/policy_kl_k1": 0.01 * s,
                 "diag/policy_kl_k3": 0.02 * s} for s in (1, 2, 3)]

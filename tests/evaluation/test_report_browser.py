@@ -15,8 +15,8 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from evaluation.eval_report import summarize_eval, write_eval_report
-from evaluation.robustness_report import write_robustness_report
+from evaluation.reports.eval_report import summarize_eval, write_eval_report
+from evaluation.reports.robustness_report import write_robustness_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 NO_BROWSER = "no /usr/bin/chromium: install the browser with `apt-get install -y chromium` (as root)"
@@ -123,7 +123,7 @@ window.addEventListener('load', () => {
 def test_run_report_figures_load_and_are_not_blank_in_headless_chromium(tmp_path):
     from report_runs import full_run
 
-    from evaluation.report import write_report
+    from evaluation.reports.run_report import write_report
 
     a, b = full_run(tmp_path / "a"), full_run(tmp_path / "b", spread=0.05, seed=1)
     page = write_report([a, b]).read_text()

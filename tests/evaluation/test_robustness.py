@@ -26,9 +26,9 @@ from evaluation.robustness import (
     robustness_sweep,
     target_linears,
 )
-from evaluation.robustness_cli import parse_scales, run_robustness
 from evaluation.robustness_metrics import condition_table, degradation_curves
-from trainer.config import EnvConfig
+from evaluation.robustness_run import parse_scales, run_robustness
+from trainer.config.train_config import EnvConfig
 
 
 @pytest.fixture(autouse=True)
@@ -276,7 +276,7 @@ def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "probe_kl.png", "retention.png", "success_noise.png", "success_prune.png", "success_quant.png"]
     before = copy.deepcopy(summary)
-    from evaluation.robustness_report import write_robustness_report
+    from evaluation.reports.robustness_report import write_robustness_report
 
     write_robustness_report(tmp_path)  # re-rendered from the directory alone
     assert json.loads((tmp_path / "robustness.json").read_text()) == before

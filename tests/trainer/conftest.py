@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tiny_tir import SMALL
 
-from trainer.config import build_config
-from trainer.sft import run_sft
+from trainer.config.train_config import build_config
+from trainer.sft.train import run_sft
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from trainer.config import CONFIG_DIR
+from trainer.config.train_config import CONFIG_DIR
 
 ROWS = 600  # more than any recipe's prompts_per_step and eval_tasks
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from trainer.advantages import broadcast_advantages, group_advantages
+from trainer.objective.advantages import broadcast_advantages, group_advantages
 
 
 def test_grpo_hand_computed():

@@ -1,4 +1,4 @@
-"""Asynchronous rollouts (trainer/async_rollouts.py) on the tiny model: the lag of every sample stays within
+"""Asynchronous rollouts (trainer/runtime/async_rollouts.py) on the tiny model: the lag of every sample stays within
 rollout.max_staleness and follows the fixed schedule min(s − 1, a); the run equals a synchronous one with
 rollout.policy_lag = a (both sample batch s with the weights after update s − 1 − a); --resume repeats the next
 step bit for bit; the drop policy replaces over-stale batches; the config rules."""
@@ -14,8 +14,9 @@ from tiny_tir import SMALL
 import trainer.loop as loop
 from agents.models import load_model_and_tokenizer
 from agents.trajectory import Trajectory
-from trainer.async_rollouts import AsyncRollouts
-from trainer.config import ConfigError, build_config
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import build_config
+from trainer.runtime.async_rollouts import AsyncRollouts
 
 pytestmark = pytest.mark.smoke
 

@@ -18,8 +18,7 @@ import torch
 from tiny_tir import SMALL
 
 from agents.models import build_tiny_model, load_model_and_tokenizer
-from trainer import sft_resume
-from trainer.checkpoint import (
+from trainer.runtime.checkpoint import (
     DiskFullError,
     checkpoint_dir,
     latest_checkpoint,
@@ -27,6 +26,7 @@ from trainer.checkpoint import (
     save_checkpoint,
     tensor_bytes,
 )
+from trainer.sft import resume as sft_resume
 
 
 def _mount_tmpfs(path: Path, size_bytes: int) -> None:
@@ -156,7 +156,7 @@ def _fill(path: Path) -> None:
 # TensorBoard's writer thread re-raises the error it stored for add_scalar: unsilenced, it would print a traceback.
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_metrics_record_on_a_full_disk_is_one_error_and_the_file_stays_whole(small_disk):
-    from trainer.logger import MetricLogger, read_metrics
+    from trainer.runtime.logger import MetricLogger, read_metrics
 
     run = small_disk(256 * 1024)
     logger = MetricLogger(run)
@@ -181,7 +181,7 @@ def test_other_thread_errors_still_reach_the_excepthook(tmp_path):
     """Only TensorBoard's own disk-full error is kept quiet: a full disk in any other thread is still reported."""
     import threading
 
-    from trainer.logger import MetricLogger
+    from trainer.runtime.logger import MetricLogger
 
     MetricLogger(tmp_path).close()  # installs the hook
     seen = []

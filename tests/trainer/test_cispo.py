@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainer.losses import cispo, ppo_clip
+from trainer.objective.losses import cispo, ppo_clip
 
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
 OLD = torch.tensor([[-1.0, -2.0, -0.5, 0.0]])
@@ -51,7 +51,7 @@ def test_trl_delta_is_the_dual_clip_constant():
 
 
 def test_gmpo_is_minus_advantage_times_the_geometric_mean_of_the_clipped_ratios():
-    from trainer.losses import aggregate, gmpo
+    from trainer.objective.losses import aggregate, gmpo
 
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     old = torch.zeros(2, 3)
@@ -71,7 +71,7 @@ def test_gmpo_is_minus_advantage_times_the_geometric_mean_of_the_clipped_ratios(
 
 
 def test_is_reinforce_weights_by_the_truncated_ratio_to_the_sampler():
-    from trainer.losses import is_reinforce
+    from trainer.objective.losses import is_reinforce
 
     rollout = torch.tensor([[-1.5, -2.0, -0.1, 0.0]])  # μ's log-probs; the trainer's old_logp plays no part
     logp = (rollout + torch.tensor([[math.log(0.5), 0.0, math.log(3.0), 0.0]])).requires_grad_(True)

@@ -6,7 +6,8 @@ import pytest
 from shipped_configs import data_overrides, shipped_configs
 
 from app.cli import main
-from trainer.config import CONFIG_DIR, ConfigError, build_config
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import CONFIG_DIR, build_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +55,7 @@ def test_cli_dry_run_prints_resolved_config(capsys):
 
 def test_sft_cache_key_follows_what_the_expert_plays(monkeypatch, tmp_path):
     from agents.household_agent import HouseholdAgent
-    from trainer.sft_cache import sft_fingerprint
+    from trainer.sft.cache import sft_fingerprint
 
     base = sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0"]))
     for changed in (["env.expert_epsilon=0.3"], ["env.max_steps=7"], ["sft.lr=1e-4"], ["model.num_layers=3"],
@@ -98,7 +99,7 @@ def test_a_recipes_keys_win_over_its_preset_and_the_command_line_over_both(tmp_p
 
 
 def test_a_note_names_the_recipe_keys_that_hide_a_preset_and_how_to_restore_them(tmp_path):
-    from trainer.config import preset_notes
+    from trainer.config.train_config import preset_notes
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("algorithm: grpo\nalgo:\n  loss_agg: seq-mean-token-mean\n")

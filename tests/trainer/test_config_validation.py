@@ -1,4 +1,4 @@
-"""trainer/validation.py: every bad value is refused by `build_config` / the CLI with one line naming the key,
+"""trainer/config/validation.py: every bad value is refused by `build_config` / the CLI with one line naming the key,
 before any model, engine or env starts; every shipped recipe and every registry entry passes."""
 
 import json
@@ -11,10 +11,11 @@ from shipped_configs import data_overrides, shipped_configs
 
 from agents.env_families import env_entry
 from app.cli import main
-from trainer.config import ConfigError, algorithm_presets, build_config
-from trainer.corrections import CORRECTIONS, MIS_SEMANTICS
-from trainer.losses import AGG_MODES, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
-from trainer.validation import RANGES, validate_model_shape
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import algorithm_presets, build_config
+from trainer.config.validation import RANGES, validate_model_shape
+from trainer.objective.corrections import CORRECTIONS, MIS_SEMANTICS
+from trainer.objective.losses import AGG_MODES, POLICY_LOSSES, RATIO_LEVELS, REQUIRED_AGG
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -221,7 +222,7 @@ def test_the_installed_cli_exits_2_with_one_line(overrides, key):
 
 
 SHAPE = {"hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 256}
-"""Dimensions a config.json always has; `--dry-run`'s memory plan (trainer/memory_plan.py) reads them."""
+"""Dimensions a config.json always has; `--dry-run`'s memory plan (trainer/runtime/memory_plan.py) reads them."""
 
 
 def _model_dir(path: Path, **config) -> Path:
@@ -286,7 +287,7 @@ def test_a_model_path_not_there_yet_is_left_to_the_run(tmp_path):
 
 
 def test_robustness_reports_a_config_error_in_one_line(monkeypatch, capsys):
-    import evaluation.robustness_cli as robustness_cli
+    import evaluation.robustness_run as robustness_cli
 
     def refuse(*args, **kwargs):
         raise ConfigError("perturb.layers='0-99' selects layers outside the 2 decoder layers")
@@ -299,7 +300,7 @@ def test_robustness_reports_a_config_error_in_one_line(monkeypatch, capsys):
 
 def test_yaml_booleans_in_a_string_key_read_as_on_and_off():
     # YAML 1.1 reads `off` as false: distributed.fsdp=off on the command line must mean "off", not "False"
-    from trainer.config import build_config
+    from trainer.config.train_config import build_config
 
     assert build_config(None, ["distributed.fsdp=off"]).distributed.fsdp == "off"
     assert build_config(None, ["distributed.fsdp=on"]).distributed.fsdp == "on"

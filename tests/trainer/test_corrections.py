@@ -5,17 +5,18 @@ import math
 import pytest
 import torch
 
-from trainer.config import AlgoConfig, algorithm_presets, build_config
-from trainer.corrections import compute_correction
-from trainer.losses import POLICY_LOSSES, aggregate
-from trainer.objective import (
+from trainer.config.algo_config import AlgoConfig
+from trainer.config.train_config import algorithm_presets, build_config
+from trainer.objective.batch_objective import (
     correction_kwargs,
     denominators,
     loss_kwargs,
     micro_batch_objective,
     prepare_corrections,
 )
-from trainer.types import Batch
+from trainer.objective.corrections import compute_correction
+from trainer.objective.losses import POLICY_LOSSES, aggregate
+from trainer.objective.types import Batch
 
 LN = math.log
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agents.trajectory import Trajectory
-from trainer.config import build_config
-from trainer.dapo import collect_dynamic, overlong_shaping
+from trainer.algorithms.dapo import collect_dynamic, overlong_shaping
+from trainer.config.train_config import build_config
 from trainer.tasks import group_specs
 
 
@@ -66,7 +66,7 @@ def test_soft_overlong_punishment_ramps_over_the_buffer_and_the_filter_masks():
 
 
 def test_bad_dapo_settings_are_refused():
-    from trainer.errors import ConfigError
+    from trainer.config.errors import ConfigError
 
     with pytest.raises(ConfigError, match="group_size"):
         build_config(None, ["algorithm=dapo", "rollout.group_size=1"])

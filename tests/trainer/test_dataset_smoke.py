@@ -10,7 +10,7 @@ from tiny_tir import SMALL
 
 from app.cli import main
 from envs.datasets import fingerprint
-from trainer.run_meta import RUN_META_FILE, read_run_meta, source_commit
+from trainer.runtime.run_meta import RUN_META_FILE, read_run_meta, source_commit
 
 pytestmark = pytest.mark.smoke
 

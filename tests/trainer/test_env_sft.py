@@ -20,9 +20,9 @@ from envs.splits import sft_index
 from envs.webshop.goals import instruction_query
 from evaluation.evaluate import evaluation_records
 from trainer.components import build_components
-from trainer.config import CONFIG_DIR, build_config
+from trainer.config.train_config import CONFIG_DIR, build_config
 from trainer.loop import train
-from trainer.sft import episode_tokens, length_report, play_expert, run_sft
+from trainer.sft.train import episode_tokens, length_report, play_expert, run_sft
 from trainer.tasks import episode_specs
 
 ENVS = ["alprl/Household-v0", "alprl/WebShop-v0"]

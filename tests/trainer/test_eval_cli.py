@@ -27,9 +27,9 @@ from agents.env_families import make_agent, make_env
 from agents.models import load_model_and_tokenizer, save_pretrained
 from app.cli import main
 from evaluation.scores import benchmark_scores
-from trainer.config import build_config
-from trainer.run_config import write_run_config
-from trainer.sft import train_on_sequences
+from trainer.config.run_config import write_run_config
+from trainer.config.train_config import build_config
+from trainer.sft.train import train_on_sequences
 
 pytestmark = pytest.mark.smoke
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,10 +12,11 @@ from app import experiment_run
 from app.cli import main, parse_args
 from app.experiment import SUITES, thirds
 from app.experiment_run import build_plan, cell_config
-from evaluation.experiment_report import ROBUSTNESS_FIGURE, scale_words
-from evaluation.experiment_stats import compare, tag_problems, verdict
-from evaluation.report import write_report
-from trainer.run_meta import source_commit
+from evaluation.reports.experiment_figures import ROBUSTNESS_FIGURE
+from evaluation.reports.experiment_report import scale_words
+from evaluation.reports.experiment_stats import compare, tag_problems, verdict
+from evaluation.reports.run_report import write_report
+from trainer.runtime.run_meta import source_commit
 
 ALP_METHODS = ["grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp", "dppo_tv"]
 

@@ -11,8 +11,13 @@ import pytest
 from app import experiment
 from app.cli import main, parse_args
 from app.experiment_run import build_plan
-from evaluation.long_horizon_figures import DYNAMICS_FIGURE, ENVELOPE_FIGURE, KL_FIGURE, SUCCESS_FIGURE
-from trainer.config import build_config
+from evaluation.reports.long_horizon_figures import (
+    DYNAMICS_FIGURE,
+    ENVELOPE_FIGURE,
+    KL_FIGURE,
+    SUCCESS_FIGURE,
+)
+from trainer.config.train_config import build_config
 
 METHODS = ["grpo", "seq_bypass", "token_mis", "seq_alp", "token_alp"]
 

@@ -18,10 +18,11 @@ from safetensors.torch import load_file
 from shipped_configs import data_overrides
 from tiny_tir import SMALL
 
-from trainer.checkpoint import STATE_FILE
-from trainer.config import ConfigError, build_config
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import build_config
 from trainer.loop import train
-from trainer.memory_plan import plan_memory
+from trainer.runtime.checkpoint import STATE_FILE
+from trainer.runtime.memory_plan import plan_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 FP16 = ["distributed.mixed_precision=fp16",

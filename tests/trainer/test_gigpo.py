@@ -1,4 +1,4 @@
-"""GiGPO advantages (trainer/gigpo.py, arXiv 2505.10978): worked examples computed by hand, the broadcast onto
+"""GiGPO advantages (trainer/objective/gigpo.py, arXiv 2505.10978): worked examples computed by hand, the broadcast onto
 each turn's sampled tokens, the loop's wiring on a collated batch, and the config rules of `algo.advantage`.
 
 The household end-to-end step (`algorithm=gigpo` on configs/household_tiny.yaml) is in test_env_sft.py, beside
@@ -13,16 +13,18 @@ import re
 import pytest
 import torch
 
-from trainer.advantages import broadcast_advantages, group_advantages
-from trainer.config import CONFIG_DIR, ConfigError, build_config
-from trainer.gigpo import (
+from agents.trajectory import Trajectory
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import CONFIG_DIR, build_config
+from trainer.objective.advantages import broadcast_advantages, group_advantages
+from trainer.objective.gigpo import (
     anchor_step_advantages,
     broadcast_step_advantages,
     gigpo_advantages,
     gigpo_token_advantages,
     step_returns,
 )
-from trainer.types import Trajectory, collate
+from trainer.objective.types import collate
 
 # Two groups. Group 0: a reaches X at step 1 and Y at step 2, b reaches Y at step 1, c reaches X then Z;
 # group 1 (another task) reuses the key strings, which must not join group 0's step groups.

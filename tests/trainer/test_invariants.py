@@ -23,15 +23,16 @@ import torch
 from agents.engines.hf import HFEngine
 from agents.env_families import make_agent
 from agents.models import build_tiny_model
-from trainer.advantages import broadcast_advantages, group_advantages
+from trainer.algorithms.dapo import overlong_shaping
 from trainer.algorithms.mipu import episode_advantages, gap_proxy, validation_gap, validation_rollouts
 from trainer.components import Components, build_optimizer, make_envs
-from trainer.config import AlgoConfig, build_config
-from trainer.dapo import overlong_shaping
-from trainer.distributed import SINGLE
+from trainer.config.algo_config import AlgoConfig
+from trainer.config.train_config import build_config
 from trainer.loop import prepare_batch
-from trainer.objective import denominators, micro_batch_objective, prepare_corrections
-from trainer.types import Batch, collate
+from trainer.objective.advantages import broadcast_advantages, group_advantages
+from trainer.objective.batch_objective import denominators, micro_batch_objective, prepare_corrections
+from trainer.objective.types import Batch, collate
+from trainer.runtime.distributed import SINGLE
 from trainer.update import UpdateSettings, old_logprobs, update_policy
 
 ROOT = Path(__file__).resolve().parents[2]

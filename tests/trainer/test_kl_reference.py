@@ -9,11 +9,12 @@ import torch
 from test_objective import _batch
 from tiny_tir import SMALL
 
-from trainer.config import AlgoConfig, build_config
-from trainer.logger import read_metrics
+from trainer.config.algo_config import AlgoConfig
+from trainer.config.train_config import build_config
 from trainer.loop import train
-from trainer.objective import micro_batch_objective, prepare_corrections
+from trainer.objective.batch_objective import micro_batch_objective, prepare_corrections
 from trainer.reference import kl_reward_penalty
+from trainer.runtime.logger import read_metrics
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
 OLD = torch.tensor([[-1.0, -0.5, 0.0], [-0.3, -1.1, -2.0]])
@@ -82,7 +83,7 @@ def test_the_single_turn_alp_recipe_trains_with_its_kl_term_on_the_tiny_model(tm
     # on stand-in data files and the tiny warm start instead of Qwen2.5-Math-1.5B and a GPU
     from shipped_configs import data_overrides
 
-    from trainer.config import CONFIG_DIR
+    from trainer.config.train_config import CONFIG_DIR
 
     recipe = CONFIG_DIR / "math_qwen2.5_math_1.5b.yaml"
     cfg = build_config(recipe, ["algorithm=token_alp", "perturb.sigma_init=0.02", "perturb.lr=1e-2",

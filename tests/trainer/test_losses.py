@@ -8,10 +8,18 @@ import pytest
 import torch
 import yaml
 
-from trainer.config import CONFIG_DIR, AlgoConfig
-from trainer.corrections import compute_correction
-from trainer.losses import AGG_MODES, POLICY_LOSSES, aggregate, get_policy_loss, kl_penalty, ppo_clip
-from trainer.offpolicy_masks import m2po_keep, opsm_keep
+from trainer.config.algo_config import AlgoConfig
+from trainer.config.train_config import CONFIG_DIR
+from trainer.objective.corrections import compute_correction
+from trainer.objective.losses import (
+    AGG_MODES,
+    POLICY_LOSSES,
+    aggregate,
+    get_policy_loss,
+    kl_penalty,
+    ppo_clip,
+)
+from trainer.objective.offpolicy_masks import m2po_keep, opsm_keep
 
 # the positional arguments of the registry, the corrections and the masks: tensors only
 TENSOR_ARGUMENTS = {"logp", "old_logp", "rollout_logp", "advantages", "mask", "ref_logp"}

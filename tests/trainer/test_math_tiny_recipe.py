@@ -21,8 +21,8 @@ from app.experiment_run import build_plan, cell_config
 from envs.boxed import extract_boxed
 from evaluation.evaluate import evaluation_records
 from trainer.components import build_components
-from trainer.config import CONFIG_DIR, build_config
-from trainer.sft import play_expert, run_sft
+from trainer.config.train_config import CONFIG_DIR, build_config
+from trainer.sft.train import play_expert, run_sft
 
 RECIPE = CONFIG_DIR / "math_tiny.yaml"
 SMALL = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.num_kv_heads=1",

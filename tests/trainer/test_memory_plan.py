@@ -1,4 +1,4 @@
-"""trainer/memory_plan.py and trainer/model_shape.py: the per-GPU memory plan `alprl train --dry-run` prints and
+"""trainer/runtime/memory_plan.py and trainer/runtime/model_shape.py: the per-GPU memory plan `alprl train --dry-run` prints and
 checks, on the shipped recipes (real configs; their dataset files replaced by stand-ins)."""
 
 import json
@@ -10,9 +10,10 @@ import pytest
 from shipped_configs import data_overrides
 
 from app.cli import PLAN_SEPARATOR, main
-from trainer.config import ConfigError, build_config
-from trainer.memory_plan import GIB, format_plan, plan_memory
-from trainer.model_shape import KNOWN_SHAPES, ModelShape, model_shape
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import build_config
+from trainer.runtime.memory_plan import GIB, format_plan, plan_memory
+from trainer.runtime.model_shape import KNOWN_SHAPES, ModelShape, model_shape
 
 ROOT = Path(__file__).resolve().parents[2]
 TIR_7B = ROOT / "configs/tir_qwen2.5_7b.yaml"
@@ -107,7 +108,7 @@ def test_an_unknown_shape_is_one_line_before_anything_is_printed(capsys):
 
 def test_without_cuda_a_plan_over_the_host_memory_is_one_warning(qwen_base_dir):
     """A 151,936-token vocabulary at the demo's micro-batch of 64: ~36 GiB of logits alone on a 24 GiB machine."""
-    from trainer.memory_plan import host_memory_warning
+    from trainer.runtime.memory_plan import host_memory_warning
 
     real = build_config(ROOT / "configs/demo.yaml", [f"model.path={qwen_base_dir}", "optim.micro_batch_size=64"])
     warning = host_memory_warning(real, host_bytes=24 * GIB)

@@ -16,7 +16,6 @@ from agents.engines.hf import HFEngine
 from agents.env_families import make_agent
 from agents.models import build_tiny_model
 from agents.rollout import RolloutLimits, run_episodes
-from trainer.advantages import broadcast_advantages, group_advantages
 from trainer.algorithms.mipu import (
     MipuHistory,
     acceptance_threshold,
@@ -24,11 +23,12 @@ from trainer.algorithms.mipu import (
     gap_proxy,
 )
 from trainer.components import Components, build_optimizer, make_envs
-from trainer.config import build_config
+from trainer.config.train_config import build_config
 from trainer.loop import mipu_screening
-from trainer.objective import prepare_corrections
+from trainer.objective.advantages import broadcast_advantages, group_advantages
+from trainer.objective.batch_objective import prepare_corrections
+from trainer.objective.types import collate
 from trainer.tasks import episode_specs, validation_specs
-from trainer.types import collate
 from trainer.update import UpdateSettings, old_logprobs, update_policy
 
 SMALL = ["algorithm=mipu", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=6",

@@ -11,9 +11,9 @@ import math
 import pytest
 import torch
 
-from trainer.advantages import group_advantages
 from trainer.algorithms.mipu import acceptance_threshold, accepts, gap_proxy
-from trainer.config import AlgoConfig
+from trainer.config.algo_config import AlgoConfig
+from trainer.objective.advantages import group_advantages
 
 # engine log-probs of 4 validation responses (2 groups of 2), lengths 3, 2, 3, 1; padding holds NaN
 ROLLOUT = torch.tensor([[-1.21, -0.35, -2.07, math.nan], [-0.88, -1.64, math.nan, math.nan],

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainer.mismatch_metrics import (
+from trainer.diagnostics.mismatch_metrics import (
     distribution_stats,
     metric_generator,
     mismatch_diagnostics,

@@ -7,11 +7,16 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.config import AlgoConfig
-from trainer.corrections import compute_correction
-from trainer.logprobs import compute_logprobs
-from trainer.objective import correction_kwargs, denominators, micro_batch_objective, prepare_corrections
-from trainer.types import Batch
+from trainer.config.algo_config import AlgoConfig
+from trainer.objective.batch_objective import (
+    correction_kwargs,
+    denominators,
+    micro_batch_objective,
+    prepare_corrections,
+)
+from trainer.objective.corrections import compute_correction
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.types import Batch
 from trainer.update import UpdateSettings, old_logprobs, update_policy
 
 NORM = "seq-mean-token-sum-norm"

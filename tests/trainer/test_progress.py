@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 SCRIPT = """
-from trainer.progress import progress_bar
+from trainer.runtime.progress import progress_bar
 with progress_bar("RL", total=30, completed=0) as bar:
     for step in range(30):
         bar.advance(reward=step / 10, loss=0.5)

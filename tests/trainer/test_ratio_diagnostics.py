@@ -10,13 +10,10 @@ import pytest
 import torch
 from tiny_tir import SMALL
 
-from trainer.config import AlgoConfig, build_config
-from trainer.logger import read_metrics
-from trainer.loop import train
-from trainer.losses import POLICY_LOSSES
-from trainer.objective import loss_kwargs
-from trainer.policy_drift import policy_kl
-from trainer.ratio_diagnostics import (
+from trainer.config.algo_config import AlgoConfig
+from trainer.config.train_config import build_config
+from trainer.diagnostics.policy_drift import policy_kl
+from trainer.diagnostics.ratio_diagnostics import (
     DIAG_PROB_BINS,
     LOSS_RATIO,
     RATIO_KINDS,
@@ -27,6 +24,10 @@ from trainer.ratio_diagnostics import (
     ratio_stats,
     spaced_rows,
 )
+from trainer.loop import train
+from trainer.objective.batch_objective import loss_kwargs
+from trainer.objective.losses import POLICY_LOSSES
+from trainer.runtime.logger import read_metrics
 
 
 def test_ratio_stats_by_hand():
@@ -152,7 +153,7 @@ def test_row_samples_are_whole_groups_and_spread():
 
 
 def test_quantiles_thin_past_the_torch_limit(monkeypatch):
-    import trainer.ratio_diagnostics as rd
+    import trainer.diagnostics.ratio_diagnostics as rd
 
     monkeypatch.setattr(rd, "QUANTILE_LIMIT", 4)
     x = torch.arange(10.0)

@@ -8,13 +8,14 @@ import pytest
 import torch
 from tiny_tir import SMALL
 
-from trainer.config import AlgoConfig, build_config
-from trainer.corrections import compute_correction
-from trainer.errors import ConfigError
-from trainer.logger import read_metrics
+from trainer.config.algo_config import AlgoConfig
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import build_config
 from trainer.loop import train
-from trainer.objective import correction_kwargs
-from trainer.rejection import divergence_rejection, parse_rs
+from trainer.objective.batch_objective import correction_kwargs
+from trainer.objective.corrections import compute_correction
+from trainer.objective.rejection import divergence_rejection, parse_rs
+from trainer.runtime.logger import read_metrics
 
 # ℓ = log π_train(θ_old) − log μ per token; 5.0 sits on padding, the last row is empty
 DELTA = torch.tensor([[0.1, -0.05, 0.0], [0.8, 0.0, 0.0], [-0.3, -0.3, 5.0], [0.0, 0.0, 0.0]])

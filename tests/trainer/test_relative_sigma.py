@@ -8,7 +8,8 @@ import json
 import pytest
 from tiny_tir import SMALL
 
-from trainer.config import ConfigError, build_config
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import build_config
 from trainer.loop import train
 
 pytestmark = pytest.mark.smoke

@@ -21,10 +21,10 @@ from agents.rollout import RolloutLimits, run_episodes
 from app.cli import main
 from trainer.algorithms import AlgorithmState
 from trainer.components import build_components
-from trainer.config import build_config
-from trainer.logger import read_metrics
+from trainer.config.train_config import build_config
 from trainer.loop import train, train_step
-from trainer.sft import model_context
+from trainer.runtime.logger import read_metrics
+from trainer.sft.train import model_context
 from trainer.tasks import episode_specs
 
 pytestmark = pytest.mark.smoke

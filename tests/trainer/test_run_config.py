@@ -12,9 +12,10 @@ import pytest
 from tiny_tir import SMALL
 
 from app.cli import main
-from trainer.config import ConfigError, build_config, to_dict
+from trainer.config.errors import ConfigError
+from trainer.config.run_config import RUN_CONFIG_FILE, eval_settings, load_run_config
+from trainer.config.train_config import build_config, to_dict
 from trainer.loop import train
-from trainer.run_config import RUN_CONFIG_FILE, eval_settings, load_run_config
 
 pytestmark = pytest.mark.smoke
 
@@ -105,7 +106,7 @@ def test_a_gone_sandbox_service_falls_back_to_in_process_code_with_a_warning(tra
     import socket
 
     from sandbox.local_server import serve_in_background
-    from trainer.run_config import run_code_where_the_sandbox_answers
+    from trainer.config.run_config import run_code_where_the_sandbox_answers
 
     with socket.socket() as s:  # a loopback port nothing listens on: the demo's sandbox after the demo ended
         s.bind(("127.0.0.1", 0))

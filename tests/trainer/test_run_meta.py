@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from trainer.run_meta import source_commit
+from trainer.runtime.run_meta import source_commit
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -1,4 +1,4 @@
-"""trainer/sampler_mismatch.py: the dialled sampler mismatch (fake quantization, sampler dtype, policy lag), and
+"""trainer/runtime/sampler_mismatch.py: the dialled sampler mismatch (fake quantization, sampler dtype, policy lag), and
 the older staleness knob beside them (mini-batch updates a rollout batch).
 
 Unit tests push into a recording engine; the smoke tests run the real loop on the tiny TIR warm start (HF engine,
@@ -18,11 +18,11 @@ from tiny_tir import SMALL
 from agents.models import build_tiny_model
 from evaluation.robustness import fake_quantize
 from trainer.components import build_components
-from trainer.config import build_config
+from trainer.config.train_config import build_config
+from trainer.diagnostics.mismatch_metrics import mismatch_diagnostics
 from trainer.loop import collect_rollouts, train
-from trainer.mismatch_metrics import mismatch_diagnostics
-from trainer.sampler_mismatch import SamplerQuant, SamplerSync, parse_sampler_quant, quantized_names
-from trainer.types import collate
+from trainer.objective.types import collate
+from trainer.runtime.sampler_mismatch import SamplerQuant, SamplerSync, parse_sampler_quant, quantized_names
 from trainer.update import old_logprobs
 
 

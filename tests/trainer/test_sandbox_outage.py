@@ -15,10 +15,10 @@ from tiny_tir import SMALL
 
 import trainer.loop as loop
 from sandbox.local_server import start_server
-from trainer.checkpoint import latest_checkpoint
-from trainer.config import build_config
-from trainer.logger import read_metrics
-from trainer.outage import EXIT_SANDBOX_DOWN, SandboxOutage
+from trainer.config.train_config import build_config
+from trainer.runtime.checkpoint import latest_checkpoint
+from trainer.runtime.logger import read_metrics
+from trainer.runtime.outage import EXIT_SANDBOX_DOWN, SandboxOutage
 
 pytestmark = pytest.mark.smoke
 STEPS, KILL_AFTER = 6, 1

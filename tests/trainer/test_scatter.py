@@ -1,4 +1,4 @@
-"""trainer/scatter.py: which steps save a sample, the sample's size and seeding, the .npz on disk and its r."""
+"""trainer/diagnostics/scatter.py: which steps save a sample, the sample's size and seeding, the .npz on disk and its r."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.scatter import is_periodic_step, pearson_r, save_scatter, scatter_sample
+from trainer.diagnostics.scatter import is_periodic_step, pearson_r, save_scatter, scatter_sample
 
 
 def test_scatter_steps_are_first_last_and_every_nth():
@@ -51,10 +51,10 @@ def test_pearson_r_undefined_without_spread(tmp_path):
 def test_training_saves_samples_at_first_last_and_every_nth_step_and_the_report_draws_them(tmp_path, sft_dir):
     from tiny_tir import SMALL
 
-    from evaluation.report import write_report
-    from trainer.config import build_config
-    from trainer.logger import read_metrics
+    from evaluation.reports.run_report import write_report
+    from trainer.config.train_config import build_config
     from trainer.loop import train
+    from trainer.runtime.logger import read_metrics
 
     cfg = build_config(None, SMALL + [f"sft.output_dir={sft_dir}", f"output_dir={tmp_path}", "steps=3",
                                       "save_every=3", "diagnostics.scatter_every=2"])

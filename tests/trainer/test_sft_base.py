@@ -13,9 +13,10 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agents.models import save_pretrained
 from app.cli import main
-from trainer.config import ConfigError, build_config
-from trainer.sft import prepare_data, run_sft
-from trainer.sft_base import load_base
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import build_config
+from trainer.sft.base import load_base
+from trainer.sft.train import prepare_data, run_sft
 
 SMALL = ["sft.num_examples=4", "sft.epochs=1", "sft.batch_size=2", "sft.save_every=0", "env.max_turns=2",
          "rollout.max_response_tokens=256", "rollout.max_obs_tokens=64", "eval_tasks=0"]

@@ -21,10 +21,10 @@ import torch
 from safetensors.torch import load_file
 from tiny_tir import SMALL, SMALL_SFT_STEPS
 
-from trainer import sft_resume
-from trainer.config import build_config
-from trainer.logger import read_metrics
-from trainer.sft import run_sft
+from trainer.config.train_config import build_config
+from trainer.runtime.logger import read_metrics
+from trainer.sft import resume as sft_resume
+from trainer.sft.train import run_sft
 
 pytestmark = pytest.mark.smoke
 

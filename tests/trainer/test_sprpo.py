@@ -16,9 +16,9 @@ from trainer.algorithms.sprpo import (
     measure_perturbation,
     predicted_kl,
 )
-from trainer.config import build_config
-from trainer.logprobs import compute_logprobs
-from trainer.types import Batch
+from trainer.config.train_config import build_config
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.types import Batch
 
 N_LAYERS = 4
 

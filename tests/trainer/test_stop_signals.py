@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from app.cli import STOP_TIMEOUT_S, StopGuard
-from trainer.config import ConfigError
+from trainer.config.errors import ConfigError
 
 
 @pytest.mark.parametrize("raw, expected", [("", STOP_TIMEOUT_S), ("2.5", 2.5), (" 7 ", 7.0)])

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from trainer.losses import dppo_kl, dppo_tv, kl_penalty, sapo
-from trainer.offpolicy_masks import m2po_keep, opsm_keep
+from trainer.objective.losses import dppo_kl, dppo_tv, kl_penalty, sapo
+from trainer.objective.offpolicy_masks import m2po_keep, opsm_keep
 
 LN = math.log
 
@@ -126,7 +126,7 @@ def test_the_importance_corrected_kl_weights_k3_by_the_ratio_to_the_old_policy()
 
 
 def _batch(rollout, mask, adv):
-    from trainer.types import Batch
+    from trainer.objective.types import Batch
 
     b, t = mask.shape
     zeros = torch.zeros(b, t, dtype=torch.float64)
@@ -137,8 +137,8 @@ def _batch(rollout, mask, adv):
 
 
 def test_the_objective_applies_opsm_to_the_policy_term_and_m2po_to_m_prime():
-    from trainer.config import AlgoConfig
-    from trainer.objective import denominators, micro_batch_objective, prepare_corrections
+    from trainer.config.algo_config import AlgoConfig
+    from trainer.objective.batch_objective import denominators, micro_batch_objective, prepare_corrections
 
     mask = torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
     rollout = torch.tensor([[0.3, 0.3], [0.0, 0.0]], dtype=torch.float64)  # row 0: mean log(μ/π) 0.3 > δ
@@ -164,7 +164,7 @@ def test_the_objective_applies_opsm_to_the_policy_term_and_m2po_to_m_prime():
 def test_opsm_and_the_corrected_kl_run_inside_a_training_step(tmp_path, sft_dir):
     from tiny_tir import SMALL
 
-    from trainer.config import build_config
+    from trainer.config.train_config import build_config
     from trainer.loop import train
 
     # the wiring end to end (the tiny model's groups are mostly reward-0, so few negative advantages: the masking

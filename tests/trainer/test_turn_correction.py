@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from trainer.config import AlgoConfig
-from trainer.corrections import compute_correction, correction_log_value, turn_segments
-from trainer.errors import ConfigError
-from trainer.objective import correction_kwargs
+from trainer.config.algo_config import AlgoConfig
+from trainer.config.errors import ConfigError
+from trainer.objective.batch_objective import correction_kwargs
+from trainer.objective.corrections import compute_correction, correction_log_value, turn_segments
 
 # one row, two turns around an observation token (9.0 on it never counts); an empty row
 MASK = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
@@ -42,7 +42,7 @@ def test_turn_level_masking_rejects_one_turn_and_keeps_the_other():
 
 
 def test_corr_level_turn_is_a_config_value():
-    from trainer.config import build_config
+    from trainer.config.train_config import build_config
 
     assert build_config(None, ["algo.correction=tis", "algo.corr_level=turn_geo"]).algo.corr_level == "turn_geo"
     with pytest.raises(ConfigError, match="corr_level"):

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from agents.trajectory import Trajectory
-from trainer.types import collate
+from trainer.objective.types import collate
 
 
 def _traj(prompt, sampled, obs, reward=1.0, group=0):

@@ -13,8 +13,8 @@ import torch
 from tiny_update import prepared_batch, tiny_model
 
 from trainer.components import build_optimizer, build_perturbation
-from trainer.config import build_config
-from trainer.ratio_diagnostics import RatioProbe, diag_suffixes
+from trainer.config.train_config import build_config
+from trainer.diagnostics.ratio_diagnostics import RatioProbe, diag_suffixes
 from trainer.update import UpdateSettings, update_policy
 
 PROBE_PREFIXES = ("diag/", "perturb/dp/")

@@ -7,10 +7,10 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agents.trajectory import Trajectory
-from trainer.advantages import broadcast_advantages, group_advantages
-from trainer.config import TrainConfig
-from trainer.objective import prepare_corrections
-from trainer.types import Batch, collate
+from trainer.config.train_config import TrainConfig
+from trainer.objective.advantages import broadcast_advantages, group_advantages
+from trainer.objective.batch_objective import prepare_corrections
+from trainer.objective.types import Batch, collate
 from trainer.update import old_logprobs
 
 

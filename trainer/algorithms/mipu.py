@@ -43,11 +43,11 @@ from agents.rollout import run_episodes
 from agents.trajectory import Trajectory
 from envs.splits import derive_seed
 from trainer.components import Components
-from trainer.config import TrainConfig
-from trainer.distributed import DistContext, rank_share
-from trainer.losses import LOG_RATIO_CLAMP
+from trainer.config.train_config import TrainConfig
+from trainer.objective.losses import LOG_RATIO_CLAMP
+from trainer.objective.types import Batch
+from trainer.runtime.distributed import DistContext, rank_share
 from trainer.tasks import rollout_limits, validation_specs
-from trainer.types import Batch
 
 
 def _to_cpu(obj: Any) -> Any:

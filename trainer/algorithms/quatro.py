@@ -19,7 +19,7 @@ skipped. Small δ: λ_x ≈ std_pop(A)/√(2δ), so GRPO's std division is the s
 
 `quatro_targets(algo, batch)` runs once per rollout batch (λ frozen for every mini-batch) and gives the
 target log-ratios (stored as `batch.quatro_targets`, read by the loss in place of the advantages) t_i = log(G·w_i) = A_i/λ_x − log Z_x (clamped to
-±`quatro_log_ratio_clamp`), which the `quatro` loss in `trainer/losses.py` drives each sample's log r
+±`quatro_log_ratio_clamp`), which the `quatro` loss in `trainer/objective/losses.py` drives each sample's log r
 toward. `realized_kl_metrics` compares the realized per-query KL after an update with δ.
 Design choices beyond the paper: duals use every row of the group (also rows whose loss mask is 0:
 they are samples of π_old all the same); A follows `adv_norm_by_std` / `adv_leave_one_out`.
@@ -34,10 +34,10 @@ import math
 import torch
 from torch import Tensor
 
-from trainer.advantages import group_advantages
-from trainer.config import AlgoConfig
-from trainer.losses import level_log_ratio
-from trainer.types import Batch
+from trainer.config.algo_config import AlgoConfig
+from trainer.objective.advantages import group_advantages
+from trainer.objective.losses import level_log_ratio
+from trainer.objective.types import Batch
 
 BISECT_ITERS = 100  # halvings of the log-λ bracket: ln(1e8)·2^-100 is far below float64 resolution
 DEGENERATE_TOL = 1e-12  # max − min advantage under which a group counts as degenerate

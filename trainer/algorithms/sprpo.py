@@ -44,11 +44,11 @@ from torch import Tensor, nn
 
 from agents.perturbation import LayerwisePerturbation, decoder_layers
 from envs.splits import derive_seed
-from trainer.config import TrainConfig
-from trainer.distributed import SINGLE, DistContext
-from trainer.logprobs import compute_logprobs
-from trainer.losses import kl_penalty, masked_mean
-from trainer.types import Batch
+from trainer.config.train_config import TrainConfig
+from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.losses import kl_penalty, masked_mean
+from trainer.objective.types import Batch
+from trainer.runtime.distributed import SINGLE, DistContext
 
 SENSITIVITY_FLOOR = 1e-12  # nats: a layer whose probe does not register is treated as barely sensitive
 

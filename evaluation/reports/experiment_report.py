@@ -1,0 +1,328 @@
+"""The comparison report of `alprl experiment`: `<out>/report.json`, `report.md` and `report.html`.
+
+Reads `<out>/experiment.json` (the plan: arms, cells, comparisons, scale) and each finished cell's `cell.json`, final
+held-out records, `metrics.jsonl` and robustness records (`evaluation/reports/experiment_stats.py` reduces them). Cells not
+finished yet are listed as missing, so a report can be written at any point (`write_experiment_report(out)`). The
+HTML adds a success-with-intervals chart and the run report's figures (evaluation/reports/run_figures.py and the
+training curves of evaluation/reports/run_report.py) with one line per arm, drawn from the cells of the first seed. A last
+table names each cell's source commit (cell.json's, from its run_meta.json), start time, minutes and held-out success.
+Where the plan asks for it (the long suite), spike and collapse counts per arm and per run and figures over the whole
+horizon with every run drawn come before those figures (evaluation/reports/long_horizon_report.py).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from evaluation.reports.experiment_figures import (
+    ROBUSTNESS_FIGURE,
+    SIGMA_FIGURE,
+    robustness_chart,
+    sigma_response_chart,
+    success_chart,
+)
+from evaluation.reports.experiment_stats import (
+    PERTURBATION_KEYS,
+    arm_summary,
+    compare,
+    read_jsonl,
+    robustness_summary,
+    sentence,
+    tag_problems,
+    training_summary,
+)
+from evaluation.reports.long_horizon_figures import HORIZON_FIGURES
+from evaluation.reports.long_horizon_report import TITLE as HORIZON_TITLE
+from evaluation.reports.long_horizon_report import horizon_runs, horizon_tables, long_horizon_data
+from evaluation.reports.run_figures import FIGURES, RunData
+from evaluation.reports.run_report import PLOTS, plot_lines
+
+CELL_FILE = "cell.json"
+
+
+def finished_cells(out: Path, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """cell.json of each planned cell that has one, in plan order."""
+    found = []
+    for cell in plan["cells"]:
+        path = out / cell["name"] / CELL_FILE
+        if path.is_file():
+            found.append(json.loads(path.read_text()) | {"dir": str(out / cell["name"])})
+    return found
+
+
+def arm_records(cells: list[dict[str, Any]]) -> dict[str, dict[str, list]]:
+    """Per arm: the tagged final-evaluation and robustness records and each cell's metrics records."""
+    arms: dict[str, dict[str, list]] = {}
+    for cell in cells:
+        run = Path(cell["dir"])
+        slot = arms.setdefault(cell["arm"], {"eval": [], "metrics": [], "robustness": []})
+        if cell.get("final_eval"):
+            slot["eval"] += tag_problems(read_jsonl(run / cell["final_eval"]), cell["seed"])
+        slot["metrics"].append(read_jsonl(run / "metrics.jsonl"))
+        slot["robustness"] += tag_problems(read_jsonl(run / "robustness" / "records.jsonl"), cell["seed"])
+    return arms
+
+
+def cell_rows_data(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per finished cell: the code it ran (cell.json's `source`, copied from its run_meta.json; None for cells of
+    older versions or outside git), when it started, its minutes and its final held-out success."""
+    rows = []
+    for cell in cells:
+        source = cell.get("source") or {}
+        rows.append({"cell": cell["cell"], "commit": source.get("commit"), "dirty": source.get("dirty"),
+                     "started": cell.get("started"), "minutes": round(float(cell.get("wall_s", 0)) / 60, 1),
+                     "success": cell.get("final_metrics", {}).get("eval/success")})
+    return rows
+
+
+def cell_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[c["cell"], (c["commit"][:10] + (" (edited)" if c["dirty"] else "")) if c["commit"] else "–",
+             c["started"] or "–", f"{c['minutes']:.1f}", _f(c["success"])] for c in data["cells"]]
+
+
+CELL_HEADER = ["cell", "source commit", "started", "minutes", "held-out success"]
+
+
+def scale_words(plan: dict[str, Any], arms: dict[str, Any]) -> str:
+    """What the finished arms measured (the sentences quote it), not what the plan asks for: an experiment stopped
+    after one of three seeds compares one seed."""
+    tasks = max((a["problems"] // max(1, len(a["seeds"])) for a in arms.values()), default=0)
+    seeds = max((len(a["seeds"]) for a in arms.values()), default=len(plan["seeds"]))
+    return (f"{plan['scale']} scale, {plan['steps']} RL steps, {seeds} seed{'s' if seeds > 1 else ''} × {tasks} "
+            "held-out tasks")
+
+
+def report_data(out: str | Path) -> dict[str, Any]:
+    """Everything report.json holds: the plan, per-arm summaries, comparisons and their sentences."""
+    out = Path(out)
+    plan = json.loads((out / "experiment.json").read_text())
+    cells = finished_cells(out, plan)
+    records = arm_records(cells)
+    arms = {}
+    for arm in plan["arms"]:
+        got = records.get(arm)
+        if not got or not got["eval"]:
+            continue
+        arms[arm] = arm_summary(got["eval"]) | {"training": training_summary(got["metrics"])}
+        if got["robustness"]:
+            arms[arm]["robustness"] = robustness_summary(got["robustness"])
+    words = scale_words(plan, arms)
+    comparisons = []
+    for arm, baseline in plan["comparisons"]:
+        if arm in arms and baseline in arms:
+            c = compare(records[arm]["eval"], records[baseline]["eval"])
+            comparisons.append({"arm": arm, "baseline": baseline, **c,
+                                "summary": sentence(arm, baseline, c, words)})
+    done = {c["cell"] for c in cells}
+    horizon = {"long_horizon": long_horizon_data(horizon_runs(cells))} if plan.get("horizon_report") else {}
+    return {"suite": plan["suite"], "doc": plan["doc"], "claim": plan.get("claim", ""), "scale": plan["scale"], "steps": plan["steps"],
+            "seeds": plan["seeds"], "config": plan["config"], "start": plan["start"], "overrides": plan["overrides"],
+            "settings": plan["settings"], "scale_words": words, "arms": arms, "comparisons": comparisons,
+            "cells_finished": len(done), "cells_planned": len(plan["cells"]),
+            "cells_missing": [c["name"] for c in plan["cells"] if c["name"] not in done],
+            "wall_s": sum(float(c.get("wall_s", 0)) for c in cells), "cells": cell_rows_data(cells)} | horizon
+
+
+def _f(value: Any, fmt: str = ".3f") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def arm_rows(data: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, a in data["arms"].items():
+        t = a["training"]
+        top_k = max(a["pass_at_k"], key=int)
+        rows.append([name, _f(a["success"]), f"[{_f(a['ci_lo'])}, {_f(a['ci_hi'])}]",
+                     ", ".join(f"{v:.3f}" for v in a["per_seed"].values()), f"{_f(a['pass_at_k'][top_k])} (k={top_k})",
+                     str(a["problems"]), _f(t["reward_mean"]), _f(t["reward_last"]), _f(t["mismatch_kl_mean"], ".2e"),
+                     _f(t["ratio_p98_max"]), _f(t["r_mis_p98_mean"]), _f(t["ppo_kl_mean"], ".2e"),
+                     _f(t["entropy_last"]), _f(t["step_s_mean"], ".1f")])
+    return rows
+
+
+ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval", "per seed", "pass@k", "seed-task pairs",
+              "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "r_mis P98 (mean)",
+              "update KL (mean)", "entropy (last)", "s/step"]
+COMPARISON_HEADER = ["arm", "baseline", "difference", "95% interval", "pairs", "verdict"]
+
+
+def comparison_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[c["arm"], c["baseline"], f"{c['diff']:+.3f}", f"[{c['ci_lo']:+.3f}, {c['ci_hi']:+.3f}]",
+             str(c["problems"]), c["verdict"]] for c in data["comparisons"]]
+
+
+def robustness_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[name, r["condition"], _f(r["success"]), f"[{_f(r['ci_lo'])}, {_f(r['ci_hi'])}]", _f(r["retention"])]
+            for name, a in data["arms"].items() for r in a.get("robustness", [])]
+
+
+PERTURBATION_HEADER = ["arm", "realized noise rms(h̃−h)/rms(h)", "|Δp| P75", "|Δp| P99", "sampler |π_old−μ| P75",
+                       "(P99)", "σ drift (last/first)", "loss ratio P2 (min)", "P98 (max)", "held-out success"]
+
+
+def perturbation_rows(data: dict[str, Any]) -> list[list[str]]:
+    """ALP's perturbation beside the sampler's own mismatch, per arm (means over steps and cells); none when no arm
+    was perturbed."""
+    arms = data["arms"]
+    if not any(a["training"].get(k) is not None for a in arms.values() for k in PERTURBATION_KEYS):
+        return []
+    rows = []
+    for name, a in arms.items():
+        t = a["training"]
+        rows.append([name, _f(t.get("rel_noise_mean"), ".2e"), _f(t.get("dp_p75_mean"), ".2e"),
+                     _f(t.get("dp_p99_mean"), ".2e"), _f(t.get("mismatch_dp_p75_mean"), ".2e"),
+                     _f(t.get("mismatch_dp_p99_mean"), ".2e"), _f(t.get("sigma_drift"), ".4f"),
+                     _f(t.get("ratio_p2_min")), _f(t.get("ratio_p98_max")), _f(a["success"])])
+    return rows
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _intro(data: dict[str, Any]) -> list[str]:
+    missing = data["cells_missing"]
+    claim = [f"The papers' claim under test: {data['claim']}."] if data["claim"] else []
+    return [f"Suite `{data['suite']}`: {data['doc']}.", *claim,
+            f"Recipe `{data['config']}`, {data['scale_words']}; every cell starts from `{data['start']}`.",
+            f"Cells finished: {data['cells_finished']} of {data['cells_planned']}"
+            + (f" (missing: {', '.join(missing)})" if missing else "") + ".",
+            "Intervals: 95% bootstrap over (seed, task) pairs; differences are paired on the same seeds and tasks."]
+
+
+def markdown(data: dict[str, Any]) -> str:
+    bullets = [f"- {c['summary']}" for c in data["comparisons"]] or ["- No comparison has both arms finished yet."]
+    parts = [f"# alprl experiment: {data['suite']}", "\n\n".join(_intro(data)), "## Summary", "\n".join(bullets)]
+    parts += ["## Held-out success per arm", _md_table(ARM_HEADER, arm_rows(data))]
+    if data["comparisons"]:
+        parts += ["## Paired differences", _md_table(COMPARISON_HEADER, comparison_rows(data))]
+    if robustness_rows(data):
+        parts += ["## Robustness of the final checkpoints",
+                  _md_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
+    if perturbation_rows(data):
+        parts += ["## The perturbation against the sampler's mismatch", _md_table(PERTURBATION_HEADER,
+                                                                                  perturbation_rows(data))]
+    if data.get("long_horizon"):
+        parts += [f"## {HORIZON_TITLE}", "\n".join(f"- {d}" for d in data["long_horizon"]["definitions"])]
+        parts += [x for caption, header, rows in horizon_tables(data["long_horizon"])
+                  for x in (caption, _md_table(header, rows))]
+    parts += ["## Settings", _md_table(["setting", "overrides"],
+                                       [[k, " ".join(v) or "(the recipe's)"] for k, v in data["settings"].items()])]
+    if data["cells"]:
+        parts += ["## Cells", _md_table(CELL_HEADER, cell_rows(data))]
+    return "\n\n".join(parts) + "\n"
+
+
+def first_seed_runs(out: Path, data: dict[str, Any]) -> list[RunData]:
+    """One run per arm (its cell of the first seed that finished), labelled by the arm, for the overlaid figures."""
+    plan = json.loads((out / "experiment.json").read_text())
+    runs: dict[str, RunData] = {}
+    for cell in finished_cells(out, plan):
+        run = Path(cell["dir"])
+        records = read_jsonl(run / "metrics.jsonl")
+        if cell["arm"] not in runs and records:
+            runs[cell["arm"]] = RunData(cell["arm"], run, records)
+    return list(runs.values())
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _img(title: str, image: str) -> str:
+    return f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{image}'/>"
+
+
+def horizon_html(out: Path, data: dict[str, Any]) -> list[str]:
+    """The long suite's counts (definitions, per arm, per run) and its figures over the whole horizon, every run
+    drawn (evaluation/reports/long_horizon_figures.py)."""
+    if not data.get("long_horizon"):
+        return []
+    parts = [f"<h2>{html.escape(HORIZON_TITLE)}</h2><ul>"
+             + "".join(f"<li>{html.escape(d)}</li>" for d in data["long_horizon"]["definitions"]) + "</ul>"]
+    for caption, header, rows in horizon_tables(data["long_horizon"]):
+        parts += [f"<p>{html.escape(caption)}</p>", _html_table(header, rows)]
+    runs = horizon_runs(finished_cells(out, json.loads((out / "experiment.json").read_text())))
+    for make in HORIZON_FIGURES:
+        fig = make(runs)
+        parts.append(_img(fig.title, fig.image) if fig.image else
+                     f"<p class='missing'>{html.escape(fig.title)} left out: {html.escape(fig.missing)}.</p>")
+    return parts
+
+
+def figures_html(out: Path, data: dict[str, Any]) -> list[str]:
+    parts = []
+    chart = success_chart(data)
+    if chart:
+        parts.append(_img("Held-out success per arm", chart))
+    sweep = robustness_chart(data)
+    if sweep:
+        parts.append(_img(ROBUSTNESS_FIGURE, sweep))
+    response = sigma_response_chart(data)
+    if response:
+        parts.append(_img(SIGMA_FIGURE, response))
+    runs = first_seed_runs(out, data)
+    if not runs:
+        return parts
+    parts.append("<p>The figures below draw one run per arm (its first finished seed).</p>")
+    for make in FIGURES:
+        fig = make(runs)
+        parts.append(_img(fig.title, fig.image) if fig.image else
+                     f"<p class='missing'>{html.escape(fig.title)} left out: {html.escape(fig.missing)}.</p>")
+    for keys, title, ylabel in PLOTS:
+        image = plot_lines(runs, keys, title, ylabel)
+        if image:
+            parts.append(_img(title, image))
+    return parts
+
+
+def render_html(out: Path, data: dict[str, Any]) -> str:
+    parts = [f"<h1>alprl experiment: {html.escape(data['suite'])}</h1>"]
+    parts += [f"<p>{html.escape(p)}</p>" for p in _intro(data)]
+    parts.append("<h2>Summary</h2><ul>" + ("".join(f"<li>{html.escape(c['summary'])}</li>"
+                                                    for c in data["comparisons"])
+                                           or "<li>No comparison has both arms finished yet.</li>") + "</ul>")
+    parts += ["<h2>Held-out success per arm</h2>", _html_table(ARM_HEADER, arm_rows(data))]
+    if data["comparisons"]:
+        parts += ["<h2>Paired differences</h2>", _html_table(COMPARISON_HEADER, comparison_rows(data))]
+    if robustness_rows(data):
+        parts += ["<h2>Robustness of the final checkpoints</h2>",
+                  _html_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
+    if perturbation_rows(data):
+        parts += ["<h2>The perturbation against the sampler's mismatch</h2>",
+                  _html_table(PERTURBATION_HEADER, perturbation_rows(data))]
+    parts += horizon_html(out, data)
+    parts += figures_html(out, data)
+    if data["cells"]:
+        parts += ["<h2>Cells</h2>", _html_table(CELL_HEADER, cell_rows(data))]
+    style = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:4px 8px}img{max-width:100%}.missing{color:#666}")
+    title = html.escape(f"alprl experiment: {data['suite']}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
+            f"</head><body>{''.join(parts)}</body></html>")
+
+
+def write_experiment_report(out: str | Path, *, html_too: bool = True) -> Path:
+    """Write report.json, report.md and (html_too) report.html into `out`; returns report.html's path (written
+    only with html_too).
+
+    Without html_too it draws no figure: cheap enough to run after every cell, so a killed experiment keeps a
+    report of the cells it finished."""
+    out = Path(out)
+    data = report_data(out)
+    (out / "report.json").write_text(json.dumps(data, indent=2))
+    (out / "report.md").write_text(markdown(data))
+    path = out / "report.html"
+    if html_too:
+        path.write_text(render_html(out, data))
+    return path

@@ -1,0 +1,87 @@
+"""The long suite's part of the experiment report: spike and collapse counts per run and per arm (report.json's
+`long_horizon`, and its tables), beside the figures of evaluation/reports/long_horizon_figures.py.
+
+`evaluation/reports/experiment_report.py` adds it, and renders it with the rest, for suites whose plan asks for it
+(`horizon_report` in experiment.json: the long suite); the counts are defined in evaluation/long_horizon.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from evaluation.long_horizon import (
+    COLLAPSE_DROP,
+    EVENT_KINDS,
+    GRAD_SPIKE_FACTOR,
+    KL_SPIKE_FACTOR,
+    SERIES,
+    HorizonRun,
+    horizon_run,
+    pooled_counts,
+)
+from evaluation.reports.experiment_stats import read_jsonl
+
+EVENT_NAMES = {"kl_spikes": "KL spikes", "update_kl_spikes": "update-KL spikes",
+               "grad_norm_spikes": "grad-norm spikes", "collapse": "collapses"}
+
+
+def definitions() -> list[str]:
+    """The count definitions, in the words the report prints above its tables."""
+    return [f"KL spike: a step whose rollout→trainer KL (`{SERIES['kl']}`) exceeds {KL_SPIKE_FACTOR:g}× the run's "
+            f"median of it; update-KL spike: the same on `{SERIES['update_kl']}`.",
+            f"Grad-norm spike: a step whose pre-clip grad norm (`{SERIES['grad_norm']}`) exceeds "
+            f"{GRAD_SPIKE_FACTOR:g}× the run's median.",
+            f"Collapse: a held-out evaluation (`{SERIES['success']}`) more than {100 * COLLAPSE_DROP:g} points below "
+            "the run's best so far.",
+            "Each count comes with the step where it first appears (never: it did not)."]
+
+
+def horizon_runs(cells: Sequence[dict[str, Any]]) -> list[HorizonRun]:
+    """The finished cells (experiment_report.finished_cells) with their metrics records and counts."""
+    return [horizon_run(c["cell"], c["arm"], int(c["seed"]), read_jsonl(Path(c["dir"]) / "metrics.jsonl"))
+            for c in cells]
+
+
+def long_horizon_data(runs: Sequence[HorizonRun]) -> dict[str, Any]:
+    """report.json's `long_horizon`: the definitions, each run's counts and each arm's pooled over its seeds."""
+    arms = {arm: pooled_counts([r.counts for r in runs if r.arm == arm]) for arm in dict.fromkeys(r.arm for r in runs)}
+    per_run = [{"cell": r.cell, "arm": r.arm, "seed": r.seed, **asdict(r.counts)} for r in runs]
+    return {"definitions": definitions(), "keys": dict(SERIES), "runs": per_run, "arms": arms}
+
+
+def _f(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _first(step: int | None) -> str:
+    return "never" if step is None else str(step)
+
+
+ARM_HEADER = ["arm", *(h for kind in EVENT_KINDS for h in (f"{EVENT_NAMES[kind]} (runs with)", "first"))]
+RUN_HEADER = ["cell", *(h for kind in EVENT_KINDS for h in (EVENT_NAMES[kind], "first")), "median KL",
+              "median grad norm", "best success", "final success"]
+
+
+def arm_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[arm, *(v for kind in EVENT_KINDS
+                    for v in (f"{c[kind]['total']} ({c[kind]['runs_with']}/{c[kind]['runs']})",
+                              _first(c[kind]["first_step"])))]
+            for arm, c in data["arms"].items()]
+
+
+def run_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[r["cell"], *(v for kind in EVENT_KINDS for v in (str(r[kind]["count"]), _first(r[kind]["first_step"]))),
+             _f(r["median_kl"], ".2e"), _f(r["median_grad_norm"], ".3g"), _f(r["best_success"], ".3f"),
+             _f(r["final_success"], ".3f")] for r in data["runs"]]
+
+
+TITLE = "Over the whole horizon: spikes and collapses"
+
+
+def horizon_tables(horizon: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(caption, header, rows) of the section's tables, per arm then per run, for report.md and report.html."""
+    return [("Per arm, over its seeds: total (runs with at least one / runs), earliest first step.", ARM_HEADER,
+             arm_rows(horizon)), ("Per run:", RUN_HEADER, run_rows(horizon))]

@@ -1,0 +1,498 @@
+"""Run configuration: a tree of small dataclasses, each field with its docstring.
+
+A default is stated once, here. YAML files in `configs/` only override (nested mappings), and the CLI
+takes dotted `key=value` overrides (`optim.lr=1e-4 rollout.group_size=8`), values parsed as YAML.
+Presets (`configs/algorithms/<name>.yaml`, data) sit between the two: defaults ← preset ← recipe ← command line,
+the preset being the recipe's `algorithm: <name>` or, in its place, `algorithm=<name>` on the command line
+(`build_config`).
+Unknown or ill-typed keys raise `ConfigError` naming the key and the valid choices; so do values the run
+would trip over later (an unknown loss, a bad range, fields that contradict each other): `build_config` ends
+with `trainer/config/validation.py`'s `validate_config`. The CLI turns a `ConfigError` into one line on stderr and
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import inspect
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainer.config.algo_config import AlgoConfig, PerturbConfig
+from trainer.config.dist_config import DistributedConfig
+from trainer.config.errors import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""
+    """HF model dir or cached hub name. Empty: the tiny embedded model produced by SFT in `<sft.output_dir>`."""
+    hidden_size: int = 256
+    """Tiny model: width (only used when building the tiny model)."""
+    num_layers: int = 4
+    """Tiny model: number of decoder layers."""
+    num_heads: int = 4
+    """Tiny model: attention heads (head_dim = hidden_size / num_heads)."""
+    num_kv_heads: int = 2
+    """Tiny model: key/value heads (grouped-query attention)."""
+    intermediate_size: int = 688
+    """Tiny model: MLP width (about 2.7 × hidden_size, as Qwen2)."""
+    vocab_size: int = 1024
+    """Tiny model: BPE vocabulary size of the tokenizer trained on the SFT corpus."""
+
+
+@dataclass
+class EnvConfig:
+    id: str = "alprl/TIRMath-v0"
+    """Gymnasium id of the environment."""
+    style: str = "simpletir"
+    """TIR convention: simpletir | torl | hermes (reference/environments.md §1)."""
+    max_turns: int = 3
+    """Assistant turns per episode before truncation."""
+    difficulty: int = 1
+    """Task difficulty level (1-3); 0 means all levels. Generated problems only (a dataset's are not rated)."""
+    task_types: list[str] = field(default_factory=list)
+    """Restrict generated task types (empty: all). Dataset problems ignore it (their task type is their source)."""
+    dataset: str = ""
+    """TIR / single-turn math: a local JSONL, JSON or parquet math file (any layout of envs/datasets: MATH500,
+    AIME, Minerva, OlympiadBench, verl/DAPO parquet, question/answer); non-empty: the train split serves its
+    problems instead of generated ones, each step the next rollout.prompts_per_step of a per-epoch shuffle."""
+    eval_dataset: str = ""
+    """The file the test split (held-out evaluation, eval_tasks) serves. Empty: the `dataset` rows whose
+    dataset_split_field is "test", or without a split field the `dataset` file itself, which evaluates on the
+    training problems (logged once)."""
+    dataset_format: str = ""
+    """Layout of env.dataset and env.eval_dataset (math500, aime2024, aime2025, minerva, olympiadbench, verl,
+    dapo, qa); empty: detected from the columns."""
+    dataset_split_field: str = ""
+    """Split env.dataset by this column (a dotted path such as extra_info.split reads a nested key): train = rows
+    whose value is "train", test = "test", valid = "valid" or "validation". Empty: every row is a train row
+    (and, without env.eval_dataset, a test row)."""
+    dataset_fields: dict[str, str] = field(default_factory=dict)
+    """Column overrides of env.dataset / env.eval_dataset by role (question, answer, id, source), e.g.
+    env.dataset_fields.question=my_q env.dataset_fields.answer=my_a; empty: the layout's columns."""
+    sandbox_url: str = ""
+    """Sandbox endpoint(s), comma separated. Empty: in-process executor."""
+    sandbox_retry_s: float = 10.0
+    """With sandbox_url: seconds one tool call keeps retrying infrastructure errors (connection refused or reset,
+    the service's own timeouts, HTTP 5xx, 429) across the URLs, with jittered backoff of at most 2 s, before it
+    comes back SandboxError and its episode is left out of the loss (docs/sandbox.md). 0: one try."""
+    sandbox_max_failing_steps: int = 3
+    """Stop the run (exit status 4, a checkpoint of the last step kept) after this many consecutive steps with an
+    episode whose tool call came back SandboxError (rollout/sandbox_errors > 0). 0: never stop."""
+    run_timeout_s: float = 3.0
+    """Wall-clock limit per code execution."""
+    mask_void_turns: bool = True
+    """Zero the loss mask of trajectories that ended with a void turn (no code, no answer), as SimpleTIR."""
+    expert_epsilon: float = 0.1
+    """Household/WebShop SFT data: probability that the imperfect expert takes a random admissible action."""
+    expert_search: str = "random"
+    """Household imperfect expert's search for unseen receptacles: random (ALFWorld-like) | ordered ((type,
+    index) order, the order of the household agent's "Not visited" line)."""
+    expert_wrong_option_p: float = 0.1
+    """WebShop SFT data: probability that the imperfect expert picks a wrong value for an option group."""
+    expert_privileged: bool = False
+    """Household/WebShop SFT data: the expert knows the hidden state (where objects lie; the target product) instead
+    of reading the pages. A model cannot imitate choices it cannot see the reason for: the privileged WebShop
+    expert's SFT start reached 2% success, the reader's (default) see configs/webshop_tiny.yaml."""
+    num_products: int = 1000
+    """WebShop: products in the generated catalog (WebShop's small set has 1,000)."""
+    max_steps: int = 0
+    """Household/WebShop step limit (truncation); 0: the env's own (ALFWorld 50, WebShop 15)."""
+    action_projection: str = "exact"
+    """Household/WebShop: exact (commands run as written) | nearest (an inadmissible command runs as the most
+    similar admissible one, see agents/projection.py)."""
+    projection_min_similarity: float = 0.9
+    """Household/WebShop, action_projection=nearest: least string similarity (0-1) for a command to be mapped."""
+    invalid_action_penalty: float = 0.0
+    """Household/WebShop: subtracted from the episode's reward per command that was not admissible as written
+    (verl-agent's invalid_action_penalty_coef)."""
+    alfworld_data: str = ""
+    """alprl/ALFWorld-v0 (the real ALFWorld, envs/adapters/alfworld.py): the folder `alfworld-download` filled
+    (empty: $ALFWORLD_DATA)."""
+    webshop_url: str = ""
+    """alprl/WebShopServer-v0 (a running WebShop server, envs/adapters/webshop_server.py): its address (empty:
+    $WEBSHOP_URL)."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "auto"
+    """Rollout engine: auto (vllm when importable, else hf) | vllm | hf (transformers, KV-cached batched sampling)."""
+    schedule: str = "auto"
+    """Episode scheduling: auto | overlapped (each episode advances on its own while others wait for env steps;
+    vllm only) | turn_by_turn (all episodes generate, then all step). auto: overlapped on a GPU sampler, turn by
+    turn where sampler and envs share the CPU (see agents/rollout.py)."""
+    dtype: str = "bfloat16"
+    """Sampler dtype. bf16 vs the fp32 trainer creates the rollout/training mismatch on purpose."""
+    temperature: float = 1.0
+    """Sampling temperature; the trainer computes log-probs on logits / temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling; keep 1.0 so rollout log-probs match the trainer's distribution."""
+    max_new_tokens: int = 64
+    """Token budget of one assistant turn."""
+    max_response_tokens: int = 256
+    """Total response budget (assistant + observation tokens); exceeding it truncates the episode. The model's
+    context must hold it plus the prompt (`alprl sft` sizes the tiny model's; a full context also truncates)."""
+    max_obs_tokens: int = 64
+    """Observation tokens appended per tool call (cut on token ids)."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """More token ids that end an assistant turn (finish reason eos: the episode ends there), on top of the
+    tokenizer's eos and its chat template's end-of-turn token, which every turn stops on already
+    (agents/control_tokens.py). Both engines stop on the same ids."""
+    episode_timeout_s: float = 0.0
+    """Wall-clock limit of one episode, checked between turns (0: none); past it: truncated, reward 0."""
+    env_concurrency: int = 8
+    """Threads stepping envs at once: bounds the concurrent requests toward the sandbox."""
+    prompts_per_step: int = 16
+    """Distinct tasks per rollout batch."""
+    group_size: int = 8
+    """Samples per task (GRPO group size G)."""
+    gpu_memory_utilization: float = 0.5
+    """vLLM on GPU: share of GPU memory for sampler weights + KV cache (the trainer needs the rest)."""
+    tensor_parallel_size: int = 1
+    """vLLM: GPUs per rollout engine (tensor parallelism)."""
+    quantization: str = ""
+    """vLLM's own sampler weight quantization (real quantized kernels), a mismatch knob: empty (none) | fp8 (GPU
+    only). For fake quantization on any engine and machine see sampler_quant."""
+    sampler_quant: str = ""
+    """Fake quantization of the weights the trainer pushes into the sampler, a mismatch knob on any engine and
+    machine: empty (none) | int8 | int4 (any of int2..int8) | fp8 (= fp8_e4m3) | fp8_e5m2. Round-to-nearest,
+    symmetric, of every nn.Linear weight in the decoder layers (the robustness evaluator's quantizers), at the
+    engine's first load and every sync; the trainer keeps full precision (trainer/runtime/sampler_mismatch.py). Unlike
+    `quantization`, the sampler computes in rollout.dtype; the two compose."""
+    sampler_quant_group: int = 0
+    """rollout.sampler_quant's group size: one scale per this many inputs of a weight row (e.g. 32, 128); 0: one
+    scale per output channel."""
+    policy_lag: int = 0
+    """Policy lag k, a staleness knob: the rollouts of step s are sampled with the weights after step s − 1 − k
+    (the start weights while s ≤ k), as asynchronous trainers produce; the trainer's θ_old stays current. Costs
+    k + 1 CPU copies of the weights; a resume restarts the lag from the checkpoint's weights. 0: on-policy
+    sampler. Needs algo.mipu_screen=false."""
+    async_rollouts: bool = False
+    """Overlap the next steps' rollouts with the current update (a background thread samples ahead;
+    trainer/runtime/async_rollouts.py). The schedule is fixed, not timed: batch s is sampled with the weights after update
+    max(0, s − 1 − a), a = max_staleness (wait) or async_prefetch (drop), so runs and resumes are reproducible.
+    Each sample's lag is `info["policy_lag"]`, logged as rollout/policy_lag_mean and _max. Needs policy_lag=0
+    (two ways of producing lag), algo.mipu_screen=false, enable_sleep_mode=false and one process (data-parallel
+    async rollouts are not supported)."""
+    max_staleness: int = 1
+    """The bound on the policy lag, in updates, of every sample used under async_rollouts; >= 1."""
+    staleness_policy: str = "wait"
+    """What bounds the lag under async_rollouts: wait (the producer never samples more than max_staleness updates
+    ahead, so no sample exceeds the bound) | drop (the producer samples up to async_prefetch batches ahead; a batch
+    whose lag at use exceeds max_staleness is dropped, counted in rollout/async_dropped, and replaced by a fresh
+    rollout sampled with the current weights, lag 0)."""
+    async_prefetch: int = 0
+    """Batches the producer samples ahead under staleness_policy=drop; 0: max_staleness (then nothing is
+    dropped). Unused under wait."""
+    kv_cache_dtype: str = "auto"
+    """vLLM KV-cache dtype, a mismatch knob: auto (= dtype) | fp8 (GPU)."""
+    max_model_len: int = 0
+    """vLLM context length (prompt + response tokens); 0: the model config's `max_position_embeddings`, which the
+    transformers engine always uses."""
+    enable_sleep_mode: bool = False
+    """vLLM on GPU: free sampler weights + KV cache while the trainer updates (no effect on CPU)."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 2e-4
+    """AdamW learning rate of the policy."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    """AdamW betas."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Global grad-norm clip; a non-finite norm skips the step."""
+    num_minibatches: int = 2
+    """Optimizer steps per rollout batch (mini-batch k > 0 is stale: off-policy on purpose)."""
+    micro_batch_size: int = 32
+    """Trajectories per forward/backward (gradient accumulation inside a mini-batch)."""
+
+
+@dataclass
+class SFTConfig:
+    output_dir: str = "runs/sft"
+    """Where the warm-start checkpoint goes (reused when it exists and matches this config)."""
+    num_examples: int = 3000
+    """Expert trajectories generated for SFT."""
+    p_skip_tool: float = 0.35
+    """Share of expert episodes that guess without the tool (headroom for RL)."""
+    p_wrong_copy: float = 0.1
+    """Share of expert episodes that copy the tool result wrongly."""
+    varied_phrasing: bool = False
+    """Vary the expert's sentences; off keeps copied numbers at fixed offsets, which tiny models learn fast."""
+    epochs: int = 2
+    """Passes over the SFT data."""
+    lr: float = 2e-3
+    """SFT learning rate (AdamW, cosine decay)."""
+    batch_size: int = 32
+    """SFT batch size (sequences)."""
+    save_every: int = 50
+    """Optimizer steps between SFT resume points (0: only when SIGINT/SIGTERM stop it); an interrupted `alprl sft`
+    continues from the last one. Does not change the result, so not part of the SFT cache key."""
+
+
+@dataclass
+class DiagnosticsConfig:
+    every: int = 10
+    """Steps between the diagnostics that cost extra no-grad forwards, which also run at the first and last step
+    (0: no diagnostics at all, not even the free ratio quantiles below): ALP's |Δp| per layer group (`perturb/dp/layer*`), r_upd and r_byp of the last mini-batch under
+    ALP/SPrPO (`diag/ratio_{upd,byp}_last/*`) and the after-update policy KL, entropy and QUATRO realized KL
+    (`diag/policy_kl_*`, `diag/entropy`, `quatro/realized_kl*`). The other Table 5 ratios come from the update
+    forward itself and are logged every step. bench/diagnostics_overhead.py measures the cost."""
+    rows: int = 16
+    """Rows of the |Δp|-per-group and after-update forwards: whole GRPO groups, evenly spaced over the batch
+    (0: every row). Their quantiles and KL estimates are over that sample."""
+    scatter_every: int = 10
+    """Save a sample of (π_train(θ_old), μ) token probabilities to `<run>/diagnostics/scatter_step_<k>.npz` every
+    N steps and at the first and last step (0: only those two); the report draws them (ALP paper Fig. 10)."""
+    scatter_points: int = 20000
+    """Tokens in each scatter sample (a seeded draw without replacement; fewer when the batch has fewer)."""
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    """Seed of everything (torch, task sampling, sampler)."""
+    output_dir: str = "runs/train"
+    """Run directory: metrics.jsonl, TensorBoard events, checkpoints/."""
+    steps: int = 30
+    """RL iterations (rollout batch + its mini-batch updates)."""
+    save_every: int = 10
+    """Checkpoint every N steps (and at the end)."""
+    eval_every: int = 0
+    """Held-out evaluation every N steps (0: only at the end)."""
+    eval_at_start: bool = False
+    """Also evaluate the starting policy before any update, logged as step 0 (verl's val_before_train)."""
+    eval_tasks: int = 200
+    """Held-out (test split) tasks for evaluation, indices 0..eval_tasks-1 (at most the test split's size: 500
+    generated, or the problems the dataset file serves)."""
+    eval_samples: int = 2
+    """Samples per held-out task; success is averaged over them (avg@k, as the ALP paper's average@32)."""
+    eval_greedy: bool = False
+    """Greedy decoding for evaluation instead of sampling at the rollout temperature."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs `pip install wandb`)."""
+    torch_threads: int = 0
+    """Intra-op CPU threads for torch (0: torch's default). Tiny models on a busy machine run faster with 1."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    perturb: PerturbConfig = field(default_factory=PerturbConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass (the string literal right after each field)."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = str(nxt.value.value)
+    return docs
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' expects a mapping (e.g. {key}.<name>=<value>), got {value!r}")
+        item = typing.get_args(hint)[1]
+        return {str(k): _coerce(v, item, f"{key}.{k}") for k, v in value.items()}
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"config key '{key}' expects a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        return [_coerce(v, item, key) for v in value]
+    if origin in (typing.Union, types.UnionType):
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"config key '{key}' expects true/false, got {value!r}")
+    if hint is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is str:
+        if isinstance(value, bool):  # YAML 1.1 reads on/off/yes/no as booleans: `distributed.fsdp=off` means "off"
+            return "on" if value else "off"
+        return "" if value is None else str(value)
+    if hint in (int, float) and isinstance(value, str):
+        try:  # YAML 1.1 reads "1e-3" as a string
+            return hint(value)
+        except ValueError:
+            pass
+    if hint in (int, float):
+        raise ConfigError(f"config key '{key}' expects {hint.__name__}, got {value!r}")
+    return value
+
+
+def _apply(obj: Any, overrides: dict[str, Any], prefix: str = "") -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = [f.name for f in dataclasses.fields(obj)]
+    for name, value in overrides.items():
+        key = f"{prefix}{name}"
+        if name not in names:
+            raise ConfigError(f"unknown config key '{key}'; valid keys{' in ' + repr(prefix[:-1]) if prefix else ''}:"
+                              f" {', '.join(names)}")
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key '{key}' is a section; set its fields, e.g. {key}.<field>=...")
+            _apply(current, value, key + ".")
+        elif isinstance(current, dict) and isinstance(value, dict):  # a mapping field: later layers add keys
+            setattr(obj, name, {**current, **_coerce(value, hints[name], key)})
+        else:
+            setattr(obj, name, _coerce(value, hints[name], key))
+
+
+def _nest(dotted: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"config key '{key}': '{part}' is set both as a value and as a section")
+        node[parts[-1]] = value
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file by path, or by its name in configs/ (`--config household_tiny.yaml`)."""
+    path = Path(path)
+    if not path.exists() and (CONFIG_DIR / path).is_file():
+        path = CONFIG_DIR / path
+    if not path.exists():
+        raise ConfigError(f"config file '{path}' not found; files in {CONFIG_DIR}: "
+                          f"{', '.join(sorted(p.name for p in CONFIG_DIR.glob('*.yaml')))}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def algorithm_presets() -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / "algorithms").glob("*.yaml"))
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`["a.b=1", "algorithm=grpo"]` → nested dict; values parsed as YAML scalars/lists."""
+    flat = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not key=value (example: optim.lr=1e-4)")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        if isinstance(value, int | float) and not isinstance(value, bool) and any(c in raw for c in "_:"):
+            value = raw.strip()  # YAML 1.1 reads 0.5_1 as 0.51 and 2:30 as 150; a numeric key still parses it
+        flat[key.strip()] = value
+    return _nest(flat)
+
+
+def load_preset(name: Any, where: str = "") -> dict[str, Any]:
+    """Preset `name` (configs/algorithms/<name>.yaml) as a config layer: its keys under `algo`, with `algo.name`, and
+    its `perturb` section beside them (ALP, SPrPO). `where` (the recipe that names it) prefixes the error."""
+    if not isinstance(name, str) or name not in algorithm_presets():
+        raise ConfigError(f"{where}unknown algorithm '{name}'; valid: {', '.join(algorithm_presets())}")
+    preset = load_yaml(CONFIG_DIR / "algorithms" / f"{name}.yaml")
+    perturb = preset.pop("perturb", {})
+    return {"algo": {"name": name, **preset}, "perturb": perturb}
+
+
+def config_layers(config_path: str | Path | dict[str, Any] | None,
+                  overrides: list[str] = ()) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], bool]:
+    """(preset, recipe, command line) as nested mappings, and whether the preset was named on the command line.
+
+    The preset is `algorithm=` on the command line, else the recipe's own `algorithm:` key, else none."""
+    if isinstance(config_path, dict):
+        recipe, where = copy.deepcopy(config_path), ""
+    else:
+        recipe, where = (load_yaml(config_path) if config_path else {}), f"{config_path}: algorithm: "
+    cli = parse_overrides(list(overrides))
+    own, named = recipe.pop("algorithm", None), cli.pop("algorithm", None)
+    own_preset = load_preset(own, where) if own is not None else {}  # checked even where the command line's replaces it
+    if named is not None:
+        return load_preset(named), recipe, cli, True
+    return own_preset, recipe, cli, False
+
+
+def build_config(config_path: str | Path | dict[str, Any] | None = None, overrides: list[str] = (), *,
+                 preset_over_recipe: bool = False) -> TrainConfig:
+    """Defaults ← preset ← recipe (the YAML file, or its mapping already read) ← key=value overrides.
+
+    A recipe names its preset (`algorithm: grpo`) and its own keys win over the preset's. `algorithm=` on the command
+    line takes the recipe's preset's place, below the recipe's keys (`preset_notes` says where the recipe keeps a
+    value of its own over it); the command line's keys win over both. `preset_over_recipe` puts the preset above
+    the recipe instead, defaults ← recipe ← preset ← overrides: `alprl experiment`'s cells, where a method runs as
+    its preset defines it whatever the recipe sets.
+    """
+    preset, recipe, cli, _ = config_layers(config_path, overrides)
+    cfg = TrainConfig()
+    for layer in ([recipe, preset] if preset_over_recipe else [preset, recipe]):
+        _apply(cfg, layer)
+    _apply(cfg, cli)
+    # imported here: validation loads the registries (torch, gymnasium), which importing the config alone
+    # (`alprl --help`, `alprl sandbox`) does not need
+    from trainer.config.validation import validate_config
+
+    validate_config(cfg)
+    return cfg
+
+
+def _flat(nested: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys of a nested layer (a section left empty has none)."""
+    return [key for k, v in nested.items()
+            for key in (_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])]
+
+
+def preset_notes(config_path: str | Path | None, overrides: list[str] = ()) -> list[str]:
+    """One line when the recipe keeps values of its own over a preset named on the command line ([] otherwise), with
+    the keys that would run the preset's values instead."""
+    preset, recipe, cli, named = config_layers(config_path, overrides)
+    if not named:
+        return []
+    by_preset, by_recipe = TrainConfig(), TrainConfig()
+    _apply(by_preset, preset)
+    _apply(by_recipe, recipe)
+    shared = [k for k in _flat(preset) if k in _flat(recipe) and k not in _flat(cli) and k != "algo.name"]
+    differ = [(k, _get(by_recipe, k), _get(by_preset, k)) for k in shared if _get(by_recipe, k) != _get(by_preset, k)]
+    if not differ:
+        return []
+    name = preset["algo"]["name"]
+    return [f"{config_path} keeps {', '.join(f'{k}={mine}' for k, mine, _ in differ)} over preset {name}'s "
+            f"{', '.join(str(theirs) for _, _, theirs in differ)} (a recipe's keys win over its preset's); to run the "
+            f"preset's, add {' '.join(f'{k}={theirs}' for k, _, theirs in differ)}"]
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,1 @@
+"""What a run measures about itself: ratio and mismatch diagnostics, rollout metrics, probability scatters, policy drift."""

@@ -1,7 +1,0 @@
-"""`ConfigError`, in a module of its own: `trainer/config.py` (which re-exports it, so `from trainer.config import
-ConfigError` is the usual spelling) calls `trainer/validation.py`, and both raise it; defined in either, the
-other would have to import it back (an import circle)."""
-
-
-class ConfigError(ValueError):
-    """A bad configuration key or value (one line: what, where, what to do)."""

@@ -1,0 +1,1 @@
+"""The RL objective: batch types, advantages (GRPO, GiGPO), policy losses, off-policy corrections, rejection, log-probs."""

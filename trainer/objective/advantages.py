@@ -1,0 +1,49 @@
+"""Outcome advantages for groups of trajectories (reference/algorithms.md §2.1).
+
+Legend: B trajectories, T response positions, G group size.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ADVANTAGE_ESTIMATORS = ("grpo", "gigpo")
+"""`algo.advantage`: episode-level group advantages (here) or GiGPO's episode + step levels (trainer/objective/gigpo.py)."""
+
+
+def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, norm_by_std: bool = True,
+                     leave_one_out: bool = False, eps: float = 1e-6) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-trajectory advantages A_b from rewards (B,) and group ids (B,) → (B,), metrics.
+
+    GRPO (arXiv 2402.03300): (R − mean_g R) / (std_g R + eps), unbiased std.
+    Dr.GRPO (arXiv 2503.20783): no std division. RLOO (arXiv 2402.14740): R − mean of the others
+    = G/(G−1)·(R − mean_g R). A group of one is rejected (no baseline exists).
+    """
+    if rewards.shape != group_ids.shape or rewards.dim() != 1:
+        raise ValueError(f"group_advantages: rewards {tuple(rewards.shape)} and group_ids "
+                         f"{tuple(group_ids.shape)} must both be (B,)")
+    rewards = rewards.float()
+    adv = torch.zeros_like(rewards)
+    degenerate = 0
+    groups = group_ids.unique()
+    for g in groups:
+        idx = (group_ids == g).nonzero().squeeze(-1)
+        r = rewards[idx]
+        if r.numel() < 2:
+            raise ValueError(f"group {int(g)} has one trajectory; GRPO needs group_size ≥ 2")
+        centred = r - r.mean()
+        if leave_one_out:
+            centred = centred * r.numel() / (r.numel() - 1)
+        if norm_by_std:
+            centred = centred / (r.std() + eps)  # torch.std is unbiased (Bessel), as verl
+        if torch.all(r == r[0]):
+            degenerate += 1
+            centred = torch.zeros_like(r)
+        adv[idx] = centred
+    return adv, {"adv/degenerate_group_frac": degenerate / max(len(groups), 1),
+                 "adv/mean": adv.mean().item(), "adv/abs_mean": adv.abs().mean().item()}
+
+
+def broadcast_advantages(adv: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """A_bt = A_b · m_bt: (B,), (B, T) → (B, T). Tool tokens carry no advantage."""
+    return adv[:, None] * loss_mask

@@ -1,0 +1,61 @@
+"""Trainer-side log-probs and entropy of the response tokens.
+
+Log-probs are fp32 log-softmax of logits / temperature (the sampler's distribution with top-p = 1),
+gathered at each row's response positions so the result aligns with `Batch.response_ids`.
+
+Batches live on the CPU. With the model on an accelerator, a micro-batch's ids go to the model's device and
+its (B, T) log-probs and entropies come back (autograd follows the copy), so the (B, T, V) logits never leave
+the device and everything after them (objective, corrections, metrics) runs on CPU tensors of size B × T.
+
+Legend: B rows, L padded sequence width, T response width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.objective.types import Batch
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where the model computes (the device of its first parameter, or of its local shard under FSDP)."""
+    return next(model.parameters()).device
+
+
+def response_logits(model: nn.Module, batch: Batch, temperature: float) -> torch.Tensor:
+    """Logits predicting each response token, (B, T, V), fp32, divided by temperature, on the model's device."""
+    device = model_device(model)
+    out = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                use_cache=False)
+    logits = out.logits  # (B, L, V); position p predicts token p + 1
+    t = batch.response_ids.shape[1]
+    offsets = torch.arange(t, device=device)[None, :]  # (1, T)
+    start = batch.response_start.to(device)
+    index = (start[:, None] - 1 + offsets).clamp(max=logits.shape[1] - 1)  # (B, T)
+    picked = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))  # (B, T, V)
+    return picked.float() / temperature
+
+
+def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[token]: logits (B, T, V), token_ids (B, T) → (B, T)."""
+    return logits.log_softmax(-1).gather(-1, token_ids[:, :, None]).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """H = logsumexp(z) − Σ softmax(z)·z, (B, T, V) → (B, T) (reference/algorithms.md §2.5)."""
+    probs = logits.softmax(-1)
+    return torch.logsumexp(logits, -1) - (probs * logits).sum(-1)
+
+
+def compute_logprobs(model: nn.Module, batch: Batch, temperature: float,
+                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logp (B, T), entropy (B, T) or None) on the batch's device; padding positions hold garbage — always use
+    the mask."""
+    logits = response_logits(model, batch, temperature)
+    logp = token_logprobs(logits, batch.response_ids.to(logits.device))
+    entropy = entropy_from_logits(logits) if with_entropy else None
+    home = batch.response_ids.device
+    if logits.device != home:
+        logp, entropy = logp.to(home), (entropy.to(home) if entropy is not None else None)
+    return logp, entropy

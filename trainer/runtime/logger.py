@@ -1,0 +1,122 @@
+"""Metric sinks: JSONL (always), TensorBoard (always), Weights & Biases (optional)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from trainer.runtime.checkpoint import DiskFullError, is_disk_full, latest_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class MetricLogger:
+    """Writes one JSON object per step to `<run>/metrics.jsonl` and scalars to TensorBoard.
+
+    On resume from step k, records after k are dropped first so the file stays one line per step.
+    """
+
+    def __init__(self, run_dir: str | Path, *, resume_step: int | None = None, use_wandb: bool = False,
+                 config: dict[str, Any] | None = None):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        if resume_step is not None:
+            self.drop_after(resume_step)
+        elif self.path.exists():
+            self.path.unlink()
+        from torch.utils.tensorboard import SummaryWriter  # heavy import, only when logging
+
+        self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+        _quiet_tensorboard_disk_full()
+        self.wandb = None
+        if use_wandb:
+            try:
+                import wandb
+            except ImportError as exc:
+                raise RuntimeError("wandb=true but wandb is not installed; run `pip install wandb` or set "
+                                   "wandb=false") from exc
+            self.wandb = wandb.init(project="alprl", dir=str(self.run_dir), config=config or {})
+
+    def drop_after(self, step: int) -> None:
+        """Forget the JSONL records of steps after `step` (a resumed run logs them again)."""
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"step": step, **{k: (v if math.isfinite(v) else None) for k, v in metrics.items()}}
+        line = json.dumps(record) + "\n"
+        try:
+            with self.path.open("a") as f:
+                f.write(line)
+            for key, value in metrics.items():  # TensorBoard's writer thread re-raises its write errors here
+                if math.isfinite(value):
+                    self.tb.add_scalar(key, value, step)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self._cut_to_whole_lines()
+            raise self._disk_full(step) from exc
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+
+    def _cut_to_whole_lines(self) -> None:
+        """Drop a partly written last record (a full disk can cut a write), so the file stays one JSON per line."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        if data and not data.endswith(b"\n"):
+            with self.path.open("r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+
+    def _disk_full(self, step: int) -> DiskFullError:
+        """The one-line error of a metrics record that did not fit on the disk, with how to continue."""
+        latest = latest_checkpoint(self.run_dir)
+        resume = (f"after freeing space, --resume continues from {latest} and logs the later steps again" if latest
+                  else "no checkpoint was saved yet, so the run starts over")
+        free = shutil.disk_usage(self.run_dir).free
+        return DiskFullError(f"cannot write the metrics of step {step} to {self.path}: the disk is full "
+                                    f"({free / 2**20:.1f} MB free); free space or set output_dir=<a directory on a "
+                                    f"larger disk>; {resume}")
+
+    def close(self) -> None:
+        try:
+            self.tb.close()
+        except OSError as exc:  # the run is ending (often because of this full disk): metrics.jsonl has every record
+            if not is_disk_full(exc):
+                raise
+            log.warning("TensorBoard events in %s are cut short: the disk is full", self.run_dir / "tensorboard")
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _quiet_tensorboard_disk_full() -> None:
+    """Keep a full disk in TensorBoard's writer thread from printing a traceback beside the run's one-line error.
+
+    The writer thread stores its write error for the next add_scalar/close (which `MetricLogger` turns into
+    DiskFullError or a warning) and then re-raises it, so `threading.excepthook` would print it a second time.
+    Every other thread exception, and every other error of that thread, still reaches the hook in place.
+    """
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard_disk_full", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        from_tensorboard = type(args.thread).__module__.startswith("tensorboard.")
+        if not (from_tensorboard and is_disk_full(args.exc_value)):
+            previous(args)
+
+    hook.quiets_tensorboard_disk_full = True
+    threading.excepthook = hook
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

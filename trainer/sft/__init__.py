@@ -1,0 +1,1 @@
+"""The supervised warm start: expert episodes, the SFT loop, its cache and resume."""

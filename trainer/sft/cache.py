@@ -1,0 +1,66 @@
+"""The SFT warm start's cache key: what the expert data and the model depend on, and the check that `alprl train`
+starts from a warm start built for its own config."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from agents.env_families import env_entry
+from agents.experts import EXPERT_DATA_VERSION
+from trainer.config.errors import ConfigError
+from trainer.config.train_config import TrainConfig
+from trainer.sft.base import base_identity
+
+META_FILE = "sft_meta.json"
+RL_ONLY_ENV_KEYS = ("sandbox_url", "sandbox_retry_s", "sandbox_max_failing_steps", "run_timeout_s", "mask_void_turns",
+                    "action_projection",
+                    "projection_min_similarity", "invalid_action_penalty",  # the expert's data does not depend on them
+                    # the expert plays generated train tasks only (`alprl sft` refuses env.dataset), so a warm start
+                    # serves RL on any dataset file
+                    "dataset", "eval_dataset", "dataset_format", "dataset_split_field", "dataset_fields")
+
+
+def sft_inputs(cfg: TrainConfig) -> dict:
+    """Everything that changes what the expert plays, how it errs and how the model sees it (not where code runs
+    or how RL masks turns): the SFT cache key, stored in sft_meta.json so a mismatch can name its keys."""
+    env = {k: v for k, v in asdict(cfg.env).items() if k not in RL_ONLY_ENV_KEYS}
+    model = ({k: v for k, v in asdict(cfg.model).items() if k != "path"} if not cfg.model.path
+             else {"base": base_identity(cfg)})  # a checkpoint's own sizes and tokenizer replace the tiny model's
+    sft = {k: v for k, v in asdict(cfg.sft).items() if k not in ("output_dir", "save_every")}
+    return {"sft": sft, "model": model, "env": env, "seed": cfg.seed,
+            "max_obs_tokens": cfg.rollout.max_obs_tokens,  # observations are cut in the SFT data too
+            "agent_format": env_entry(cfg.env.id).agent_format, "expert_data_version": EXPERT_DATA_VERSION}
+
+
+def sft_fingerprint(cfg: TrainConfig) -> str:
+    return hashlib.sha256(json.dumps(sft_inputs(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def check_warm_start(cfg: TrainConfig) -> None:
+    """Raise if the SFT model in `sft.output_dir` was built for another config than `cfg` (a stale cache would
+    train a model on text it never saw). `model.path` skips the check: the user chose that model."""
+    meta_path = Path(cfg.sft.output_dir) / META_FILE
+    if cfg.model.path or not meta_path.exists():
+        return
+    meta = json.loads(meta_path.read_text())
+    if meta.get("fingerprint") == sft_fingerprint(cfg):
+        return
+    if "inputs" in meta:
+        now, then = _flatten(json.loads(json.dumps(sft_inputs(cfg)))), _flatten(meta["inputs"])  # tuples as lists
+        diff = ", ".join(f"{k}: {then.get(k)!r} there, {now.get(k)!r} here"
+                         for k in sorted(now.keys() | then.keys()) if now.get(k) != then.get(k))
+    else:
+        diff = "it was built by an older alprl that did not record its inputs"
+    raise ConfigError(f"the SFT warm start in {cfg.sft.output_dir} was built for another config ({diff}). "
+                     f"Rebuild it with `alprl sft` and the same --config and overrides, or set "
+                     f"model.path={cfg.sft.output_dir} to start from it anyway")
