@@ -318,8 +318,8 @@ SUITES = {s.name: s for s in (
     Suite("sensitivity", "Token-ALP under policy lag 2 over σ0 (absolute and relative to rms(h)) × σ learning rate "
           "(ALP Figure 9; --methods seq_alp --settings ... for Seq-ALP at chosen σ0)", ("token_alp",),
           _sensitivity_settings, baseline_setting="abs1e-06_lr0.0005",
-          cost="44 cells at --seeds 0,1 (22 settings × 2 seeds): 5.7-7.7 min a cell one at a time, 2 cells in "
-               "5.2 min with --parallel 2, both beside other work (2026-12-03)",
+          cost="44 cells at --seeds 0,1 (22 settings × 2 seeds): 1.7-2.0 min a cell with --parallel 2 (median "
+               "2.0, 2026-12-05); 5.7-7.7 min a cell one at a time on a slower 2-core machine (2026-12-03)",
           claim="σ0 and its learning rate matter"),
     Suite("ablation", "Loss level (token/seq Bypass) × clip band (0.2/0.28, 0.5/3.0) × perturbation (off, absolute "
           "σ0 1e-6, relative σ0) under policy lag 2: what of Token-ALP's lead is the noise, what the clip",
