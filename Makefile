@@ -47,8 +47,10 @@ sandbox-image:
 docker-test: $(STAMP) docker-engine
 	$(BIN)/python -m pytest -q tests/docker tests/sandbox/test_docker_backend.py
 
+# Two workers: half the suite's time waits on processes (engines, servers, signals), so two cores stay busy.
+TEST_WORKERS ?= 2
 test: $(STAMP) browser docker-engine
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_and_train_throughput.py

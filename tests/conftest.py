@@ -9,6 +9,18 @@ import torch
 # machine it makes them up to 10x slower. One thread per test process.
 torch.set_num_threads(1)
 
+# `make test` runs the suite on two workers (`-n 2 --dist loadgroup`, pytest-xdist): a test file stays whole on one
+# worker, so its module fixtures start once and its tests keep their order; the Docker tests form one group, in
+# order, since tests/sandbox/test_docker_backend.py uses the image tests/docker builds.
+DOCKER_GROUP = ("tests/docker/", "tests/sandbox/test_docker_backend.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("docker" if path.startswith(DOCKER_GROUP) else path))
+
+
 TINY_CORPUS = [
     "Compute 4821 * 937.", "What is 7^123 mod 97?", "Solve 3*x + 17 = 62 for x.",
     "Let me compute it.\n```python\nprint(4821 * 937)\n```", "\nCode execution result: 4517277\n",

@@ -23,8 +23,12 @@ _bases = itertools.count()
 
 
 def fresh_uid_base() -> int:
-    # Spread by pid so two pytest processes on one machine do not collide either.
-    return 30000 + (os.getpid() % 40) * 1500 + next(_bases) * 100
+    """A slot-uid range no other server of this run uses: 100 uids per server, 100 servers per process, and each
+    process its own block of 10,000 (xdist workers by their index, separate pytest runs by pid)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+    block = (os.getpid() % max(1, 40 // workers)) * workers + index
+    return 100_000 + block * 10_000 + next(_bases) * 100
 
 
 class Server:

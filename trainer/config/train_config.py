@@ -241,6 +241,9 @@ class SFTConfig:
     save_every: int = 50
     """Optimizer steps between SFT resume points (0: only when SIGINT/SIGTERM stop it); an interrupted `alprl sft`
     continues from the last one. Does not change the result, so not part of the SFT cache key."""
+    torch_threads: int = 0
+    """Torch threads while SFT trains (0: the run's `torch_threads`). Nothing runs beside SFT, unlike RL's sandbox
+    and grader, so the demo gives it both cores. Not part of the SFT cache key: it changes float sums, not data."""
 
 
 @dataclass

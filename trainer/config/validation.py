@@ -78,6 +78,7 @@ RANGES: tuple[Check, ...] = (
     ("eval_tasks", ">= 0 (0: no evaluation; at most the test split's size, see _dataset_rules)", lambda v: v >= 0),
     ("eval_samples", ">= 1", lambda v: v >= 1),
     ("torch_threads", ">= 0", lambda v: v >= 0),
+    ("sft.torch_threads", ">= 0 (0: the run's torch_threads)", lambda v: v >= 0),
     ("diagnostics.every", ">= 0 (0: no ratio diagnostics at all)", lambda v: v >= 0),
     ("diagnostics.rows", ">= 0 (0: every row)", lambda v: v >= 0),
     ("diagnostics.scatter_every", ">= 0 (0: first and last step only)", lambda v: v >= 0),  # trainer/diagnostics/scatter.py

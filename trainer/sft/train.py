@@ -161,10 +161,14 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
                                  max_position_embeddings=info["context"], seed=cfg.seed)
     t1 = time.monotonic()
     logger = MetricLogger(out, resume_step=start)
+    run_threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.sft.torch_threads or run_threads)
     try:
         losses = train_on_sequences(model, data, cfg, tokenizer.pad_token_id, show_progress, logger,
                                     resume=sft_resume.ResumeTarget(out, fingerprint, cfg.sft.save_every))
+        sft_threads = torch.get_num_threads()
     finally:
+        torch.set_num_threads(run_threads)
         logger.close()
     t2 = time.monotonic()
     resume_point = sft_resume.resume_dir(out) / sft_resume.STATE_FILE
@@ -176,7 +180,7 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
         write_run_config(out, cfg)
     meta = {"fingerprint": fingerprint, "inputs": sft_inputs(cfg), "num_examples": len(data), "final_loss": losses[-1],
             "num_parameters": sum(p.numel() for p in model.parameters()), **info,
-            "train_seconds": round(t2 - t1, 1), "resumed_from_step": start or 0}
+            "train_seconds": round(t2 - t1, 1), "torch_threads": sft_threads, "resumed_from_step": start or 0}
     meta_path.write_text(json.dumps(meta, indent=2))
     sft_resume.clear(out)
     if cfg.model.path:  # `alprl train` with this same model.path would start from the checkpoint, not from here
