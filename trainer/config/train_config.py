@@ -242,8 +242,7 @@ class SFTConfig:
     """Optimizer steps between SFT resume points (0: only when SIGINT/SIGTERM stop it); an interrupted `alprl sft`
     continues from the last one. Does not change the result, so not part of the SFT cache key."""
     torch_threads: int = 0
-    """Torch threads while SFT trains (0: the run's `torch_threads`). Nothing runs beside SFT, unlike RL's sandbox
-    and grader, so the demo gives it both cores. Not part of the SFT cache key: it changes float sums, not data."""
+    """Torch threads while SFT trains (0: the run's `torch_threads`); not in the SFT cache key, like save_every."""
 
 
 @dataclass
