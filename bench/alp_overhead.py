@@ -51,9 +51,10 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from agents.perturbation import LayerwisePerturbation, noise_seed
 from agents.trajectory import Trajectory
 from trainer.config.train_config import build_config
-from trainer.objective.batch_objective import denominators, micro_batch_objective, prepare_corrections
+from trainer.objective.corrections import prepare_corrections
 from trainer.objective.logprobs import compute_logprobs
 from trainer.objective.types import Batch, collate
+from trainer.update import denominators, micro_batch_objective
 
 
 def make_batch(model: torch.nn.Module, batch: int, prompt: int, response: int, vocab: int) -> Batch:

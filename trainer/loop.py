@@ -53,8 +53,9 @@ from trainer.diagnostics.ratio_diagnostics import RatioProbe, diag_suffixes
 from trainer.diagnostics.rollout_metrics import mean_of, rollout_metrics
 from trainer.diagnostics.scatter import is_periodic_step, save_scatter
 from trainer.objective.advantages import broadcast_advantages, group_advantages
-from trainer.objective.batch_objective import prepare_corrections
+from trainer.objective.corrections import prepare_corrections
 from trainer.objective.gigpo import gigpo_token_advantages
+from trainer.objective.logprobs import old_logprobs
 from trainer.objective.types import Batch, collate
 from trainer.reference import kl_reward_penalty, reference_logprobs
 from trainer.runtime.async_rollouts import AsyncRollouts, start_async
@@ -65,7 +66,7 @@ from trainer.runtime.outage import OutageWatch, SandboxOutage
 from trainer.runtime.progress import progress_bar
 from trainer.runtime.run_meta import start_run_meta
 from trainer.tasks import episode_specs, rollout_limits
-from trainer.update import UpdateSettings, minibatch_rows, old_logprobs, update_policy
+from trainer.update import UpdateSettings, minibatch_rows, update_policy
 
 
 @dataclass

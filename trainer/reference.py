@@ -5,7 +5,7 @@ with gradients off; a resumed run loads the same start, not its checkpoint, so t
 log-probs come from one no-grad forward per rollout batch, beside the θ_old pass (same micro-batches, same
 temperature). Two uses (`AlgoConfig`):
 
-- loss term (verl use_kl_loss): `trainer/objective/batch_objective.py` adds β·agg(KL(π_θ ‖ π_ref), m′) with the estimator
+- loss term (verl use_kl_loss): `trainer/update.py` micro_batch_objective adds β·agg(KL(π_θ ‖ π_ref), m′) with the estimator
   `kl_type`, on the update forward's log-probs (under ALP the perturbed ones, as the loss itself);
 - reward penalty (verl use_kl_in_reward): each episode's reward loses β·Σ_t KL_t over its sampled tokens, with
   KL_t from θ_old against the reference, before the group advantages (`kl_reward_penalty`).
@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from trainer.config.algo_config import AlgoConfig
+from trainer.objective.logprobs import clean_forward
 from trainer.objective.losses import kl_penalty, masked_fill_zero, masked_mean
 from trainer.objective.types import Batch
-from trainer.update import clean_forward
 
 
 def frozen(model: nn.Module) -> nn.Module:

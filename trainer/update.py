@@ -1,21 +1,32 @@
-"""One rollout batch → several optimizer steps (mini-batches, each accumulated over micro-batches).
+"""One rollout batch → several optimizer steps (mini-batches, each accumulated over micro-batches), and what one
+micro-batch optimizes.
 
-Stages used by the loop: `old_logprobs` (no grad, unperturbed; `prepare_batch` in trainer/loop.py stores them as
-`batch.old_logp`) and `update_policy` on the batch `prepare_batch` made, corrections included: per micro-batch
-forward → loss → backward, then `optimizer_step` (global grad clip → non-finite guard → optimizer step). What is
-optimized lives in `objective.py`; this module never branches on algorithm names. What every step of a run shares
-is one `UpdateSettings`; Table 5's diagnostics attach as one optional `RatioProbe` (trainer/diagnostics/ratio_diagnostics.py),
-which reads the update forward and never changes the step.
+`update_policy` runs on the batch `prepare_batch` (trainer/loop.py) made, corrections included: per micro-batch
+forward (`compute_logprobs`, trainer/objective/logprobs.py) → `micro_batch_objective` → backward, then
+`optimizer_step` (global grad clip → non-finite guard → optimizer step). What every step of a run shares is one
+`UpdateSettings`; Table 5's diagnostics attach as one optional `RatioProbe`
+(trainer/diagnostics/ratio_diagnostics.py), which reads the update forward and never changes the step.
+
+The objective of one micro-batch: `L = agg(w ⊙ ℓ, m′) − β_H·agg(H, m′) + β·agg(KL(π_θ ‖ π_ref), m′)`
+(reference §2.6; the KL term only with `algo.kl_coef` > 0 and not `kl_in_reward`, π_ref the frozen starting policy,
+trainer/reference.py), driven by `AlgoConfig` fields only (presets fill them; nothing branches on a preset's name).
+ℓ comes from the loss registry (trainer/objective/losses.py); w and m′ are the rollout batch's prepared
+corrections (`prepare_corrections`, trainer/objective/corrections.py), never recomputed here: a batch without them
+is refused. The mini-batch denominators are counted over m′ (`denominators`), so verl-semantics MIS rejections leave
+them and micro-batching cannot change the loss. Dr.GRPO's seq-mean-token-sum-norm divides by a constant T_norm
+(`agg_norm_len`), never by the batch's padded width. Flat loss hyperparameters are taken *by name* from
+`AlgoConfig` (`loss_kwargs`): the registry's entries state no defaults, so the config is their one source.
 
 With `distributed.mixed_precision=fp16` a grad scaler (`trainer/runtime/distributed.py` build_grad_scaler) makes it
 verl's sequence: scale(loss).backward() per micro-batch → unscale → clip → step unless a gradient overflowed →
 update the scale.
 
-Legend: B trajectories in the rollout batch, T response positions.
+Legend: B trajectories in the rollout batch, b rows of a micro-batch, T response positions.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -28,8 +39,16 @@ from agents.perturbation import LayerwisePerturbation, noise_seed
 from trainer.config.algo_config import AlgoConfig
 from trainer.config.train_config import TrainConfig
 from trainer.diagnostics.ratio_diagnostics import RatioProbe
-from trainer.objective.batch_objective import denominators, micro_batch_objective
-from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.logprobs import compute_logprobs, micro_batches
+from trainer.objective.losses import (
+    REQUIRED_AGG,
+    aggregate,
+    get_policy_loss,
+    kl_penalty,
+    masked_fill_zero,
+    masked_mean,
+)
+from trainer.objective.offpolicy_masks import opsm_keep
 from trainer.objective.types import Batch
 from trainer.runtime.distributed import (
     SINGLE,
@@ -44,40 +63,6 @@ if TYPE_CHECKING:
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 
-@torch.no_grad()
-def old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int) -> torch.Tensor:
-    """Trainer log-probs at θ_old for the whole batch, (B, T); same micro-batch composition as updates."""
-    return clean_forward(model, batch, temperature, micro_batch_size)[0]
-
-
-@torch.no_grad()
-def clean_forward(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int,
-                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(logp (B, T), entropy (B, T) or None) of the unperturbed model in eval mode, no grad."""
-    was_training = model.training
-    model.eval()
-    out = torch.zeros_like(batch.rollout_logp)
-    ent = torch.zeros_like(batch.rollout_logp) if with_entropy else None
-    for rows in _chunks(torch.arange(len(batch)), micro_batch_size, batch):
-        sub = batch.select(rows)
-        logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=with_entropy)
-        out[rows, : logp.shape[1]] = logp
-        if ent is not None:
-            ent[rows, : entropy.shape[1]] = entropy
-    model.train(was_training)
-    return out, ent
-
-
-def _chunks(rows: torch.Tensor, size: int, batch: Batch) -> list[torch.Tensor]:
-    """Micro-batches of `rows`, length-sorted so each is padded only to its own longest row.
-
-    The loss uses mini-batch denominators, so grouping rows differently cannot change it.
-    """
-    lengths = (batch.response_start + batch.response_len)[rows]
-    rows = rows[torch.argsort(lengths, stable=True)]
-    return [rows[i: i + size] for i in range(0, len(rows), size)]
-
-
 def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Generator) -> list[torch.Tensor]:
     """Shuffle rows once and split them into `num_minibatches` near-equal mini-batches."""
     perm = torch.randperm(batch_size, generator=generator)
@@ -88,7 +73,7 @@ def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Gener
 class UpdateSettings:
     """What every mini-batch step of a run shares; `from_config` reads it once from the run's config."""
 
-    algo: AlgoConfig  # the objective (trainer/objective/batch_objective.py)
+    algo: AlgoConfig  # the objective (`micro_batch_objective`)
     temperature: float  # rollout.temperature: π_θ at the sampler's temperature, so its ratios to μ are meaningful
     micro_batch_size: int  # optim.micro_batch_size: rows per forward / backward (the loss cannot depend on it)
     grad_clip: float  # optim.grad_clip: max global grad norm
@@ -123,7 +108,7 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     sums: dict[str, float] = {}
     total_loss = 0.0
     real_tokens = padded_tokens = 0
-    for i, micro in enumerate(_chunks(rows, settings.micro_batch_size, batch)):
+    for i, micro in enumerate(micro_batches(rows, settings.micro_batch_size, batch)):
         sub = batch.select(micro)
         real_tokens += int(sub.attention_mask.sum())
         padded_tokens += sub.input_ids.numel()
@@ -188,3 +173,89 @@ def _update_loss_scale(scaler: ShardedGradScaler) -> dict[str, float]:
     used = scaler.get_scale()
     scaler.update()
     return {"actor/loss_scale": used, "actor/fp16_overflow": float(scaler.get_scale() < used)}
+
+
+def _keyword_names(fn) -> list[str]:
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
+
+
+def loss_kwargs(algo: AlgoConfig, name: str | None = None) -> dict:
+    """Flat hyperparameters for registry entry `name` (default `algo.policy_loss`), by field name."""
+    fn = get_policy_loss(name or algo.policy_loss)
+    names = [n for n in _keyword_names(fn) if n != "weights"]
+    missing = [n for n in names if not hasattr(algo, n)]
+    if missing:
+        raise ValueError(f"policy loss {name or algo.policy_loss!r} takes {missing}, which AlgoConfig lacks; "
+                         "add the field(s) to AlgoConfig")
+    return {n: getattr(algo, n) for n in names}
+
+
+def prepared_corrections(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w, m′) that `prepare_corrections` computed for the rollout batch, (B, T) each; a batch without them is an
+    error (trainer/objective/corrections.py says why they are never computed per micro-batch)."""
+    if batch.corr_weights is None or batch.corr_keep is None:
+        raise ValueError("the batch has no corr_weights / corr_keep: call prepare_corrections(algo, batch) once per "
+                         "rollout batch, after the old log-probs, and store them on the batch before the update "
+                         "(trainer/loop.py prepare_batch does)")
+    return batch.corr_weights, batch.corr_keep
+
+
+def denominators(batch: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N_tok, B′) of the mini-batch `rows` over m′: valid tokens and non-empty rows (reference §2.3)."""
+    mask = prepared_corrections(batch)[1][rows]  # (b, T)
+    return mask.sum().clamp(min=1.0), (mask.sum(-1) > 0).sum().clamp(min=1).float()
+
+
+def agg_norm_len(algo: AlgoConfig, norm_len: int | None = None) -> int | None:
+    """T_norm of seq-mean-token-sum-norm: `norm_len` if given, else `algo.loss_agg_norm_len`; None otherwise.
+
+    The constant must be resolved by the caller that sees the whole config (0 in AlgoConfig means
+    rollout.max_response_tokens), so a missing one is an error, never the padded width of the batch.
+    """
+    if algo.loss_agg != "seq-mean-token-sum-norm":
+        return None
+    value = norm_len if norm_len else algo.loss_agg_norm_len
+    if not value or value <= 0:
+        raise ValueError("algo.loss_agg=seq-mean-token-sum-norm needs a constant T_norm: set "
+                         "algo.loss_agg_norm_len > 0, or pass norm_len=rollout.max_response_tokens to the objective "
+                         f"(got norm_len={norm_len}, algo.loss_agg_norm_len={algo.loss_agg_norm_len})")
+    return int(value)
+
+
+def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entropy: torch.Tensor, *,
+                          n_tokens: torch.Tensor, n_seqs: torch.Tensor,
+                          norm_len: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Scalar loss of one micro-batch (its share of the mini-batch loss) and its metrics.
+
+    logp, entropy: (b, T) from the update forward (perturbed for ALP); `sub` carries old_logp,
+    rollout_logp, advantages, loss_mask and the prepared corr_weights / corr_keep (b, T). Without a correction w
+    is 1 on m′ (an exact no-op), except that a paper-semantics veto zeroes its rows through w.
+    `n_tokens` / `n_seqs` are the mini-batch denominators over m′ (`denominators`). `norm_len` is
+    seq-mean-token-sum-norm's T_norm (`agg_norm_len`: falls back to `algo.loss_agg_norm_len`).
+    """
+    required = REQUIRED_AGG.get(algo.policy_loss)
+    if required and algo.loss_agg != required:
+        raise ValueError(f"policy loss {algo.policy_loss!r} needs algo.loss_agg={required}, got {algo.loss_agg}")
+    t_norm = agg_norm_len(algo, norm_len)
+    loss_fn = get_policy_loss(algo.policy_loss)
+    weights, keep = prepared_corrections(sub)
+    old = masked_fill_zero(sub.old_logp, keep)  # non-finite log-probs of rejected tokens never reach the loss
+    rollout = masked_fill_zero(sub.rollout_logp, keep)
+    # QUATRO drives each sample's log-ratio toward its trust-region target instead of weighting by an advantage
+    signal = sub.quatro_targets if sub.quatro_targets is not None else sub.advantages
+    per_token, metrics = loss_fn(logp, old, rollout, signal, keep, weights=weights, **loss_kwargs(algo))
+    if algo.opsm_delta is not None:  # sequences off-policy against a negative advantage leave the policy term only
+        opsm, opsm_metrics = opsm_keep(logp, rollout, sub.advantages, keep, delta=algo.opsm_delta)
+        per_token, metrics = per_token * opsm, metrics | opsm_metrics
+    agg = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": t_norm}  # mini-batch denominators
+    loss = aggregate(per_token, keep, algo.loss_agg, **agg)
+    if algo.entropy_coef:
+        loss = loss - algo.entropy_coef * aggregate(entropy, keep, algo.loss_agg, **agg)
+    if algo.kl_coef and not algo.kl_in_reward:  # verl use_kl_loss: β·agg(KL(π_θ ‖ π_ref)) on m′
+        if sub.ref_logp is None:
+            raise ValueError("algo.kl_coef > 0 needs batch.ref_logp (the reference forward) before the update")
+        kl = kl_penalty(logp, masked_fill_zero(sub.ref_logp, keep), kind=algo.kl_type, old_logp=old)  # (b, T)
+        loss = loss + algo.kl_coef * aggregate(kl, keep, algo.loss_agg, **agg)
+        metrics["kl_loss"] = masked_mean(kl.detach(), keep).item()
+    metrics["entropy_update"] = masked_mean(entropy.detach(), sub.loss_mask).item()
+    return loss, metrics

@@ -7,16 +7,10 @@ import torch
 
 from trainer.config.algo_config import AlgoConfig
 from trainer.config.train_config import algorithm_presets, build_config
-from trainer.objective.batch_objective import (
-    correction_kwargs,
-    denominators,
-    loss_kwargs,
-    micro_batch_objective,
-    prepare_corrections,
-)
-from trainer.objective.corrections import compute_correction
+from trainer.objective.corrections import compute_correction, correction_kwargs, prepare_corrections
 from trainer.objective.losses import POLICY_LOSSES, aggregate
 from trainer.objective.types import Batch
+from trainer.update import denominators, loss_kwargs, micro_batch_objective
 
 LN = math.log
 

@@ -25,11 +25,12 @@ from agents.perturbation import LayerwisePerturbation
 from agents.trajectory import Trajectory
 from trainer.config.train_config import build_config
 from trainer.objective.advantages import broadcast_advantages, group_advantages
-from trainer.objective.batch_objective import prepare_corrections
+from trainer.objective.corrections import prepare_corrections
+from trainer.objective.logprobs import old_logprobs
 from trainer.objective.types import collate
 from trainer.runtime.distributed import DistContext, shard_policy
 from trainer.runtime.full_weights import full_named_parameters
-from trainer.update import UpdateSettings, old_logprobs, update_policy
+from trainer.update import UpdateSettings, update_policy
 
 GROUPS, GROUP_SIZE, WORLD = 4, 4, 2
 
@@ -174,7 +175,7 @@ def test_sprpo_allocates_the_same_sigmas_on_every_rank():
 
 
 def batch_norm_rank(rank: int, port: int, out: dict) -> None:
-    from trainer.objective.batch_objective import prepare_corrections
+    from trainer.objective.corrections import prepare_corrections
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
@@ -190,7 +191,7 @@ def batch_norm_rank(rank: int, port: int, out: dict) -> None:
 
 
 def test_batch_normalized_weights_use_the_global_batch_mean():
-    from trainer.objective.batch_objective import prepare_corrections
+    from trainer.objective.corrections import prepare_corrections
 
     cfg = build_config(None, ["algorithm=token_mis", "algo.corr_batch_norm=true"])
     batch = global_batch(tiny_model())

@@ -30,10 +30,11 @@ from trainer.config.algo_config import AlgoConfig
 from trainer.config.train_config import build_config
 from trainer.loop import prepare_batch
 from trainer.objective.advantages import broadcast_advantages, group_advantages
-from trainer.objective.batch_objective import denominators, micro_batch_objective, prepare_corrections
+from trainer.objective.corrections import prepare_corrections
+from trainer.objective.logprobs import old_logprobs
 from trainer.objective.types import Batch, collate
 from trainer.runtime.distributed import SINGLE
-from trainer.update import UpdateSettings, old_logprobs, update_policy
+from trainer.update import UpdateSettings, denominators, micro_batch_objective, update_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["algorithm=mipu", "algo.kl_coef=0", "rollout.prompts_per_step=2", "rollout.group_size=2",

@@ -12,9 +12,10 @@ from tiny_tir import SMALL
 from trainer.config.algo_config import AlgoConfig
 from trainer.config.train_config import build_config
 from trainer.loop import train
-from trainer.objective.batch_objective import micro_batch_objective, prepare_corrections
+from trainer.objective.corrections import prepare_corrections
 from trainer.reference import kl_reward_penalty
 from trainer.runtime.logger import read_metrics
+from trainer.update import micro_batch_objective
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
 OLD = torch.tensor([[-1.0, -0.5, 0.0], [-0.3, -1.1, -2.0]])

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from trainer.config.algo_config import AlgoConfig
-from trainer.objective.batch_objective import correction_kwargs, denominators, micro_batch_objective
-from trainer.objective.corrections import compute_correction
+from trainer.objective.corrections import compute_correction, correction_kwargs
 from trainer.objective.losses import POLICY_LOSSES
 from trainer.objective.types import Batch
+from trainer.update import denominators, micro_batch_objective
 
 MASK = [[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
 OLD = [[-1.0, -0.6, -2.0, -0.3], [-0.4, -1.5, -0.8, -0.1], [-0.9, -0.2, -1.3, -0.7]]

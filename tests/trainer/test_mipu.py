@@ -26,10 +26,11 @@ from trainer.components import Components, build_optimizer, make_envs
 from trainer.config.train_config import build_config
 from trainer.loop import mipu_screening
 from trainer.objective.advantages import broadcast_advantages, group_advantages
-from trainer.objective.batch_objective import prepare_corrections
+from trainer.objective.corrections import prepare_corrections
+from trainer.objective.logprobs import old_logprobs
 from trainer.objective.types import collate
 from trainer.tasks import episode_specs, validation_specs
-from trainer.update import UpdateSettings, old_logprobs, update_policy
+from trainer.update import UpdateSettings, update_policy
 
 SMALL = ["algorithm=mipu", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=6",
          "rollout.max_response_tokens=12", "env.max_turns=1", "optim.micro_batch_size=8", "optim.lr=1e-2"]

@@ -8,16 +8,10 @@ import torch
 from torch import nn
 
 from trainer.config.algo_config import AlgoConfig
-from trainer.objective.batch_objective import (
-    correction_kwargs,
-    denominators,
-    micro_batch_objective,
-    prepare_corrections,
-)
-from trainer.objective.corrections import compute_correction
-from trainer.objective.logprobs import compute_logprobs
+from trainer.objective.corrections import compute_correction, correction_kwargs, prepare_corrections
+from trainer.objective.logprobs import compute_logprobs, old_logprobs
 from trainer.objective.types import Batch
-from trainer.update import UpdateSettings, old_logprobs, update_policy
+from trainer.update import UpdateSettings, denominators, micro_batch_objective, update_policy
 
 NORM = "seq-mean-token-sum-norm"
 

@@ -15,9 +15,10 @@ from trainer.algorithms.quatro import (
     target_log_ratios,
 )
 from trainer.config.train_config import build_config
-from trainer.objective.batch_objective import denominators, micro_batch_objective, prepare_corrections
+from trainer.objective.corrections import prepare_corrections
 from trainer.objective.losses import aggregate, get_policy_loss
 from trainer.objective.types import Batch
+from trainer.update import denominators, micro_batch_objective
 
 LAM_MIN, LAM_MAX = 1e-4, 1e4
 BOUNDS = {"quatro_log_ratio_clamp": 5.0, "quatro_grpo_scale": True}  # configs/algorithms/quatro.yaml

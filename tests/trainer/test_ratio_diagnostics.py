@@ -25,9 +25,9 @@ from trainer.diagnostics.ratio_diagnostics import (
     spaced_rows,
 )
 from trainer.loop import train
-from trainer.objective.batch_objective import loss_kwargs
 from trainer.objective.losses import POLICY_LOSSES
 from trainer.runtime.logger import read_metrics
+from trainer.update import loss_kwargs
 
 
 def test_ratio_stats_by_hand():

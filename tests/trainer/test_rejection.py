@@ -12,8 +12,7 @@ from trainer.config.algo_config import AlgoConfig
 from trainer.config.errors import ConfigError
 from trainer.config.train_config import build_config
 from trainer.loop import train
-from trainer.objective.batch_objective import correction_kwargs
-from trainer.objective.corrections import compute_correction
+from trainer.objective.corrections import compute_correction, correction_kwargs
 from trainer.objective.rejection import divergence_rejection, parse_rs
 from trainer.runtime.logger import read_metrics
 

@@ -21,9 +21,9 @@ from trainer.components import build_components
 from trainer.config.train_config import build_config
 from trainer.diagnostics.mismatch_metrics import mismatch_diagnostics
 from trainer.loop import collect_rollouts, train
+from trainer.objective.logprobs import old_logprobs
 from trainer.objective.types import collate
 from trainer.runtime.sampler_mismatch import SamplerQuant, SamplerSync, parse_sampler_quant, quantized_names
-from trainer.update import old_logprobs
 
 
 class RecordingEngine:

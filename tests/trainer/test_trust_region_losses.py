@@ -138,7 +138,8 @@ def _batch(rollout, mask, adv):
 
 def test_the_objective_applies_opsm_to_the_policy_term_and_m2po_to_m_prime():
     from trainer.config.algo_config import AlgoConfig
-    from trainer.objective.batch_objective import denominators, micro_batch_objective, prepare_corrections
+    from trainer.objective.corrections import prepare_corrections
+    from trainer.update import denominators, micro_batch_objective
 
     mask = torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
     rollout = torch.tensor([[0.3, 0.3], [0.0, 0.0]], dtype=torch.float64)  # row 0: mean log(μ/π) 0.3 > δ

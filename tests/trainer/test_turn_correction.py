@@ -9,8 +9,12 @@ import torch
 
 from trainer.config.algo_config import AlgoConfig
 from trainer.config.errors import ConfigError
-from trainer.objective.batch_objective import correction_kwargs
-from trainer.objective.corrections import compute_correction, correction_log_value, turn_segments
+from trainer.objective.corrections import (
+    compute_correction,
+    correction_kwargs,
+    correction_log_value,
+    turn_segments,
+)
 
 # one row, two turns around an observation token (9.0 on it never counts); an empty row
 MASK = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0]])

@@ -9,9 +9,9 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from agents.trajectory import Trajectory
 from trainer.config.train_config import TrainConfig
 from trainer.objective.advantages import broadcast_advantages, group_advantages
-from trainer.objective.batch_objective import prepare_corrections
+from trainer.objective.corrections import prepare_corrections
+from trainer.objective.logprobs import old_logprobs
 from trainer.objective.types import Batch, collate
-from trainer.update import old_logprobs
 
 
 def tiny_model() -> Qwen2ForCausalLM:

@@ -23,9 +23,9 @@ from torch import Tensor, nn
 from trainer.algorithms.quatro import realized_kl_metrics
 from trainer.config.algo_config import AlgoConfig
 from trainer.diagnostics.ratio_diagnostics import group_sample
+from trainer.objective.logprobs import clean_forward
 from trainer.objective.losses import LOG_RATIO_CLAMP
 from trainer.objective.types import Batch
-from trainer.update import clean_forward
 
 
 @torch.no_grad()

@@ -1,5 +1,10 @@
 """Rollout-mismatch correction weights (TIS / MIS), computed once per rollout batch (reference §3.2).
 
+`prepare_corrections(algo, batch)` is the batch stage: after the old log-probs, w and m′ for the whole rollout
+batch (and M2PO's second-moment mask), which `prepare_batch` (trainer/loop.py) stores as `corr_weights` /
+`corr_keep`. Nothing computes them again per micro-batch: batch normalization needs the whole rollout batch and
+verl-semantics rejection must leave m′ before the update's denominators are counted.
+
 The correction value is `v = π_train(θ_old)/μ`, from `Δ_mis = old_logp − rollout_logp` (no grad) at
 `corr_level`: token `exp⟦Δ_bt⟧`, seq `exp⟦Σ_t m Δ_bt⟧`, geo `exp⟦mean_t Δ_bt⟧` (broadcast), turn / turn_geo
 the same product / mean over each turn of a multi-turn episode (a maximal run of sampled tokens). It yields
@@ -49,6 +54,7 @@ Legend: B trajectories, T response positions.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,8 +62,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from trainer.config.algo_config import AlgoConfig
 from trainer.objective.losses import LOG_RATIO_CLAMP, RATIO_LEVELS, masked_fill_zero, masked_mean
+from trainer.objective.offpolicy_masks import m2po_keep
 from trainer.objective.rejection import divergence_rejection, parse_rs
+from trainer.objective.types import Batch
 
 CORRECTIONS = ("none", "tis", "mis")
 CORR_LEVELS = (*RATIO_LEVELS, "turn", "turn_geo")  # the per-turn levels exist for the correction value only
@@ -172,7 +181,7 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
                        rollout_rs_threshold: str, batch_sum: BatchSum | None = None) -> Correction:
     """Weights w and rejection mask m′ for one rollout batch; inputs (B, T), see the module docstring.
 
-    The settings are `AlgoConfig` fields by name, with no defaults here (`trainer/objective/batch_objective.py` `correction_kwargs`).
+    The settings are `AlgoConfig` fields by name, with no defaults here (`correction_kwargs`).
     corr_lower None means the semantics' own bound: 0 for `paper` (the ALP TIR scripts), 1/C for `verl`.
     batch_sum: sums a tensor over the data-parallel ranks (in place), so `corr_batch_norm` divides by the mean over
     the global batch; None: this batch is the whole batch.
@@ -225,6 +234,28 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
     if correction != "none" and keep.any():
         metrics |= applied_weight_metrics(weights, keep, upper)
     return Correction(weights=weights.detach(), keep=keep, metrics=metrics)
+
+
+def correction_kwargs(algo: AlgoConfig) -> dict:
+    """Flat correction settings (`compute_correction` keywords are AlgoConfig field names, but for the rank sum)."""
+    names = [p.name for p in inspect.signature(compute_correction).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    return {n: getattr(algo, n) for n in names if n != "batch_sum"}
+
+
+def prepare_corrections(algo: AlgoConfig, batch: Batch,
+                        batch_sum: BatchSum | None = None) -> tuple[Tensor, Tensor, dict[str, float]]:
+    """w and m′ once for the rollout batch (needs `batch.old_logp`): (weights (B, T), keep (B, T), `rollout_corr/*`),
+    which `prepare_batch` (trainer/loop.py) stores as `batch.corr_weights` / `batch.corr_keep`. `batch_sum` sums
+    over data-parallel ranks (batch-normalized weights use the global mean). With `algo.m2_threshold`, M2PO's
+    second-moment mask narrows m′ (trainer/objective/offpolicy_masks.py)."""
+    if batch.old_logp is None:
+        raise ValueError("prepare_corrections: batch.old_logp is None; run the old-log-prob stage first")
+    corr = compute_correction(batch.old_logp, batch.rollout_logp, batch.loss_mask, **correction_kwargs(algo),
+                              batch_sum=batch_sum)
+    if algo.m2_threshold is None:
+        return corr.weights, corr.keep, corr.metrics
+    m2_keep, m2_metrics = m2po_keep(batch.old_logp, batch.rollout_logp, corr.keep, threshold=algo.m2_threshold)
+    return corr.weights * m2_keep, m2_keep, corr.metrics | {f"rollout_corr/{k}": v for k, v in m2_metrics.items()}
 
 
 def _mask_metrics(band: Tensor, m: Tensor, semantics: str) -> dict[str, float]:

@@ -3,6 +3,10 @@
 Log-probs are fp32 log-softmax of logits / temperature (the sampler's distribution with top-p = 1),
 gathered at each row's response positions so the result aligns with `Batch.response_ids`.
 
+`old_logprobs` is the batch stage (θ_old, no grad, unperturbed, in the update's micro-batch composition);
+`compute_logprobs` is the forward of one micro-batch, which the update (trainer/update.py) calls with grad, so a
+sampled token meets the model in this one module.
+
 Batches live on the CPU. With the model on an accelerator, a micro-batch's ids go to the model's device and
 its (B, T) log-probs and entropies come back (autograd follows the copy), so the (B, T, V) logits never leave
 the device and everything after them (objective, corrections, metrics) runs on CPU tensors of size B × T.
@@ -59,3 +63,37 @@ def compute_logprobs(model: nn.Module, batch: Batch, temperature: float,
     if logits.device != home:
         logp, entropy = logp.to(home), (entropy.to(home) if entropy is not None else None)
     return logp, entropy
+
+
+def micro_batches(rows: torch.Tensor, size: int, batch: Batch) -> list[torch.Tensor]:
+    """Micro-batches of `rows`, length-sorted so each is padded only to its own longest row.
+
+    The loss uses mini-batch denominators, so grouping rows differently cannot change it.
+    """
+    lengths = (batch.response_start + batch.response_len)[rows]
+    rows = rows[torch.argsort(lengths, stable=True)]
+    return [rows[i: i + size] for i in range(0, len(rows), size)]
+
+
+@torch.no_grad()
+def clean_forward(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int,
+                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logp (B, T), entropy (B, T) or None) of the unperturbed model in eval mode, no grad."""
+    was_training = model.training
+    model.eval()
+    out = torch.zeros_like(batch.rollout_logp)
+    ent = torch.zeros_like(batch.rollout_logp) if with_entropy else None
+    for rows in micro_batches(torch.arange(len(batch)), micro_batch_size, batch):
+        sub = batch.select(rows)
+        logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=with_entropy)
+        out[rows, : logp.shape[1]] = logp
+        if ent is not None:
+            ent[rows, : entropy.shape[1]] = entropy
+    model.train(was_training)
+    return out, ent
+
+
+def old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int) -> torch.Tensor:
+    """Trainer log-probs at θ_old for the whole batch, (B, T); same micro-batch composition as updates
+    (`prepare_batch` in trainer/loop.py stores them as `batch.old_logp`)."""
+    return clean_forward(model, batch, temperature, micro_batch_size)[0]

@@ -8,7 +8,7 @@ Every entry has the signature
 and returns the *unaggregated* loss (already multiplied by detached correction weights); `aggregate`
 reduces it. `POLICY_LOSSES` at the bottom is the only way to pick one.
 
-Keyword hyperparameters carry the names of `AlgoConfig` fields (`trainer/objective/batch_objective.py` fills them by
+Keyword hyperparameters carry the names of `AlgoConfig` fields (`trainer/update.py` loss_kwargs fills them by
 name) and state no default: the config, filled by a preset of configs/algorithms/, is their one source. Rollout-mismatch corrections (TIS / MIS, reference §3.2) are not separate losses: they are the
 detached `weights` (and the rejection mask passed as `mask`) computed once per rollout batch by
 `trainer/objective/corrections.py`, so any entry combines with any correction (e.g. Token-MIS = `ppo_clip` with
