@@ -139,3 +139,11 @@ def test_the_walk_touches_at_most_nine_files_and_comes_back_only_to_the_loop():
     assert len(set(files)) <= MAX_FILES, f"the token walk touches {len(set(files))} files: {sorted(set(files))}"
     again = {f for f in visits if f != LOOP and visits.count(f) > 1}
     assert not again, f"the walk comes back to {sorted(again)}; only the loop may be entered twice"
+
+
+def test_the_micro_batch_update_is_one_short_function():
+    fn = find_function(parse(UPDATE), "update_policy")
+    params = len(fn.args.posonlyargs) + len(fn.args.args) + len(fn.args.kwonlyargs)
+    assert fn.end_lineno - fn.lineno + 1 <= 40 and params <= 9, (
+        f"update_policy is {fn.end_lineno - fn.lineno + 1} lines with {params} parameters (at most 40 and 9: attach "
+        "new diagnostics through the RatioProbe)")
