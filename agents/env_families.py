@@ -37,7 +37,7 @@ from envs.household import TASK_TYPES as HOUSEHOLD_TASK_TYPES
 from envs.splits import SPLIT_SIZES, check_split
 from envs.tir.problems import ProblemSource
 from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT, get_style
-from envs.tir.tasks import TASK_TYPES as TIR_TASK_TYPES
+from envs.tir.tasks import GENERATORS as TIR_TASK_TYPES
 
 
 def _step_limit(e: Any) -> dict:

@@ -79,7 +79,7 @@ class TIRMathEnv(gym.Env):
       result is a SandboxError (None: the client's default 5 tries).
     - `exec_mode`: "stateless" (fresh process per block) | "replay" (earlier successful blocks re-run first).
     - `run_timeout_s`, `memory_limit_mb`: per-call sandbox limits (SimpleTIR: 3 s, 1024 MB).
-    - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.TASK_TYPES` or None (all);
+    - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.GENERATORS` or None (the default mix, `TASK_TYPES`);
       both filter generated problems only.
     - `dataset`, `eval_dataset`, `dataset_format`, `dataset_split_field`, `dataset_fields`: serve splits from
       local math files instead of the generator (`envs/tir/problems.py` says which file serves which split).

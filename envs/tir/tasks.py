@@ -24,6 +24,11 @@ Task types (question, gold answer, solution code; `^` in questions is a power, `
 | quadratic | What is the larger root of x^2 - 5*x - 14 = 0? | 7 (or a fraction such as 3/2) |
 | polyeval | Evaluate 3*x^3 - 7*x + 12 at x = 23. | 36362 |
 
+Drawn only when `task_types` names it (`NAMED_ONLY_TASK_TYPES`; the default mix above is pinned, eval sets depend on
+it):
+
+| linear_small | Solve 7*x + 12 = 68 for x. | 8 (x ≥ 0, b > 0: c − b is a plain difference, x a times-table quotient) |
+
 Gold answers are exact: integers or reduced fractions `p/q`, exactly what `solution_code` prints, and
 parseable by math-verify. Difficulty 1-3 scales operand sizes and the number of terms.
 """
@@ -168,6 +173,15 @@ def _linear(rng: random.Random, d: int) -> Generated:
     return q, _frac(Fraction(e - b, a - c)), head + f"print(Fraction({_minus(e, b)}, {_minus(a, c)}))"
 
 
+def _linear_small(rng: random.Random, d: int) -> Generated:
+    """A linear equation whose working a tiny model can do without a tool (configs/math_tiny.yaml): x ≥ 0 and b > 0,
+    so `c - b` never crosses zero and `x` is a quotient from the times table (d1: a ≤ 9, x ≤ 12, b ≤ 30)."""
+    a_max, x_max, b_max = {1: (9, 12, 30), 2: (12, 20, 99), 3: (19, 50, 199)}[d]
+    a, x, b = rng.randint(2, a_max), rng.randint(0, x_max), rng.randint(1, b_max)
+    c = a * x + b
+    return f"Solve {_poly([a, b], '^')} = {c} for x.", str(x), f"print(({c} - {b}) // {a})"
+
+
 def _quadratic(rng: random.Random, d: int) -> Generated:
     if d < 3:
         lim = 12 if d == 1 else 60
@@ -200,7 +214,14 @@ TASK_TYPES: dict[str, Callable[[random.Random, int], Generated]] = {
     "multiply": _multiply, "add": _add, "expression": _expression, "modpow": _modpow, "modinv": _modinv,
     "linear": _linear, "quadratic": _quadratic, "polyeval": _polyeval,
 }
-"""Every task type, by name (the order is the draw order when `task_types` is None)."""
+"""The default mix, by name (the order is the draw order when `task_types` is None)."""
+
+NAMED_ONLY_TASK_TYPES: dict[str, Callable[[random.Random, int], Generated]] = {"linear_small": _linear_small}
+"""Task types drawn only when `task_types` names them: adding a type to the default mix would change every pinned
+task of it."""
+
+GENERATORS = TASK_TYPES | NAMED_ONLY_TASK_TYPES
+"""Every task type a `task_types` filter may name."""
 
 
 # ---------------------------------------------------------------- splits, seeds, ids
@@ -242,9 +263,9 @@ def _check_args(split: str, index: int, difficulty: int | None,
     if difficulty is not None and difficulty not in DIFFICULTIES:
         raise ValueError(f"difficulty must be one of {DIFFICULTIES} or None, got {difficulty!r}")
     types = tuple(TASK_TYPES) if not task_types else tuple(task_types)
-    unknown = [t for t in types if t not in TASK_TYPES]
+    unknown = [t for t in types if t not in GENERATORS]
     if unknown:
-        raise ValueError(f"unknown task type(s) {unknown}; valid task types: {', '.join(TASK_TYPES)}")
+        raise ValueError(f"unknown task type(s) {unknown}; valid task types: {', '.join(GENERATORS)}")
     return types
 
 
@@ -288,7 +309,7 @@ def generate_task(split: str, index: int, *, difficulty: int | None = None,
         rng = random.Random(_seed(split, index, attempt))
         task_type = rng.choice(types)
         level = difficulty if difficulty is not None else rng.choice(DIFFICULTIES)
-        question, answer, code = TASK_TYPES[task_type](rng, level)
+        question, answer, code = GENERATORS[task_type](rng, level)
         if split_of_question(question) == split:
             task_id = make_task_id(split, index, difficulty, tuple(task_types) if task_types else None)
             return TIRTask(task_id, task_type, level, question, answer, code)

@@ -10,7 +10,7 @@ text instead. Each line restates the problem and breaks it into steps a small mo
 | expression | Compute (482 + 937) * 61. | (482 + 937) * 61 = 1419 * 61 = 86559 |
 | modpow | What is 7^123 mod 97? | 7^123 mod 97 = 37 |
 | modinv | What is the inverse of 17 mod 101? | 17 * 6 = 102 = 1 * 101 + 1, so the inverse is 6 |
-| linear | Solve 3*x + 17 = 62 for x. | 3*x = 62 - 17 = 45, so x = 45/3 = 15 |
+| linear, linear_small | Solve 3*x + 17 = 62 for x. | 3*x = 62 - 17 = 45, so x = 45/3 = 15 |
 | quadratic | What is the larger root of x^2 - 5*x - 14 = 0? | x^2 - 5*x - 14 = (x - 7)*(x + 2), so the roots are 7 and -2 |
 | polyeval | Evaluate 3*x^2 - 7*x + 12 at x = 23. | 3*23^2 - 7*23 + 12 = 1587 - 161 + 12 = 1438 |
 
@@ -130,7 +130,7 @@ def _compute(question: str, answer: str) -> str:
 
 
 WORKING = {"multiply": _compute, "add": _compute, "expression": _compute, "modpow": _modpow, "modinv": _modinv,
-           "linear": _linear, "quadratic": _quadratic, "polyeval": _polyeval}
+           "linear": _linear, "linear_small": _linear, "quadratic": _quadratic, "polyeval": _polyeval}
 """Task type → (question, gold answer) → the line of working (no final period)."""
 
 

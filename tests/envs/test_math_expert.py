@@ -13,7 +13,7 @@ import pytest
 import envs  # noqa: F401  (registers alprl/Math-v0)
 from envs.boxed import extract_boxed
 from envs.tir.expert import single_turn_reply
-from envs.tir.tasks import DIFFICULTIES, TASK_TYPES, TIRTask, generate_task
+from envs.tir.tasks import DIFFICULTIES, GENERATORS, TIRTask, generate_task
 from envs.tir.working import _value, working_line
 
 
@@ -29,6 +29,7 @@ def task(task_type: str, question: str, answer: str) -> TIRTask:
     ("modinv", "What is the inverse of 17 mod 101?", "6", "17 * 6 = 102 = 1 * 101 + 1, so the inverse is 6"),
     ("linear", "Solve 3*x + 17 = 62 for x.", "15", "3*x = 62 - 17 = 45, so x = 45/3 = 15"),
     ("linear", "Solve 7*x - 82 = -89 for x.", "-1", "7*x = -89 + 82 = -7, so x = -7/7 = -1"),
+    ("linear_small", "Solve 7*x + 12 = 68 for x.", "8", "7*x = 68 - 12 = 56, so x = 56/7 = 8"),
     # x on both sides: (25 - 29) x = 272 + 139, x = 411 / -4
     ("linear", "Solve 25*x - 139 = 29*x + 272 for x.", "-411/4",
      "(25 - 29)*x = -4*x = 272 + 139 = 411, so x = 411/(-4) = -411/4"),
@@ -49,7 +50,7 @@ def test_every_generated_working_ends_in_the_gold_and_its_sums_hold():
     """All types and difficulties: the line ends in the gold answer, and in the lines that are chains of
     integer expressions (Compute, Evaluate) every link has the same value."""
     for i in range(400):
-        t = generate_task("train", 1500 + i, difficulty=DIFFICULTIES[i % 3], task_types=[list(TASK_TYPES)[i % 8]])
+        t = generate_task("train", 1500 + i, difficulty=DIFFICULTIES[i % 3], task_types=[list(GENERATORS)[i % len(GENERATORS)]])
         line = working_line(t)
         assert re.search(rf"(= | is | and ){re.escape(t.answer)}$|are {re.escape(t.answer)} and ", line), line
         if t.task_type in ("multiply", "add", "expression", "polyeval"):
@@ -64,7 +65,7 @@ def test_dataset_problems_have_no_working():
 def test_expert_replies_win_in_the_real_env_for_every_type():
     env = gym.make("alprl/Math-v0").unwrapped
     for i in range(240):
-        t = generate_task("train", 3000 + i, difficulty=DIFFICULTIES[i % 3], task_types=[list(TASK_TYPES)[i % 8]])
+        t = generate_task("train", 3000 + i, difficulty=DIFFICULTIES[i % 3], task_types=[list(GENERATORS)[i % len(GENERATORS)]])
         obs, _ = env.reset(options={"task_id": t.task_id})
         reply = single_turn_reply(t, rng=random.Random(i))
         _, reward, terminated, truncated, info = env.step(reply)

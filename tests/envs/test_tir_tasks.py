@@ -12,6 +12,8 @@ import pytest
 import sympy
 
 from envs.tir.tasks import (
+    GENERATORS,
+    NAMED_ONLY_TASK_TYPES,
     SPLIT_RANGES,
     TASK_TYPES,
     TIRTask,
@@ -69,6 +71,15 @@ def test_every_type_and_difficulty_occurs():
     assert seen == {(name, d) for name in TASK_TYPES for d in (1, 2, 3)}
 
 
+def test_named_only_types_are_drawn_when_named_and_stay_small():
+    tasks = [generate_task("test", i, difficulty=1, task_types=["linear_small"]) for i in range(200)]
+    assert {t.task_type for t in tasks} == {"linear_small"} and tasks[0].task_id == "tir/test/0/d1/tlinear_small"
+    for t in tasks:
+        a, b, c = map(int, re.fullmatch(r"Solve (\d+)\*x \+ (\d+) = (\d+) for x\.", t.question).groups())
+        assert 2 <= a <= 9 and 1 <= b <= 30 and 0 <= int(t.answer) <= 12 and c - b >= 0
+    assert set(NAMED_ONLY_TASK_TYPES).isdisjoint(TASK_TYPES)  # the default mix (pinned above) never draws them
+
+
 def test_task_ids_round_trip_with_filters():
     task = generate_task("valid", 777, difficulty=2, task_types=("add", "polyeval"))
     assert task.task_id == "tir/valid/777/d2/tadd+polyeval"
@@ -116,7 +127,7 @@ def _independent_answer(task: TIRTask) -> Fraction:
 
 
 def test_gold_equals_solution_output_and_an_independent_sympy_solution():
-    for name in TASK_TYPES:
+    for name in GENERATORS:
         for i in range(1500, 1560):
             task = generate_task("train", i, task_types=[name])
             assert _run_code(task.solution_code) == task.answer, task
