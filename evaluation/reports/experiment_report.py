@@ -32,6 +32,7 @@ from evaluation.reports.experiment_stats import (
     PERTURBATION_KEYS,
     arm_summary,
     compare,
+    mipu_rollbacks,
     read_jsonl,
     robustness_summary,
     sentence,
@@ -111,6 +112,8 @@ def report_data(out: str | Path) -> dict[str, Any]:
         if not got or not got["eval"]:
             continue
         arms[arm] = arm_summary(got["eval"]) | {"training": training_summary(got["metrics"])}
+        if rollbacks := mipu_rollbacks(got["metrics"]):
+            arms[arm]["mipu_rolled_back_per_seed"] = rollbacks
         if got["robustness"]:
             arms[arm]["robustness"] = robustness_summary(got["robustness"])
     words = scale_words(plan, arms)
@@ -183,6 +186,22 @@ def perturbation_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+MIPU_HEADER = ["arm", "steps screened (per cell)", "kept", "rolled back", "rolled back, per seed", "held-out success"]
+
+
+def mipu_rows(data: dict[str, Any]) -> list[list[str]]:
+    """MIPU's accept / rollback counts per arm (means over its cells; per seed beside them); none without MIPU."""
+    rows = []
+    for name, a in data["arms"].items():
+        t = a["training"]
+        if not t.get("mipu_screened"):
+            continue
+        per_seed = ", ".join(f"{v:g}" for v in a.get("mipu_rolled_back_per_seed", []))
+        rows.append([name, _f(t["mipu_screened"], ".1f"), _f(t["mipu_kept"], ".1f"),
+                     _f(t["mipu_screened"] - t["mipu_kept"], ".1f"), per_seed, _f(a["success"])])
+    return rows
+
+
 def _md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
@@ -210,6 +229,8 @@ def markdown(data: dict[str, Any]) -> str:
     if perturbation_rows(data):
         parts += ["## The perturbation against the sampler's mismatch", _md_table(PERTURBATION_HEADER,
                                                                                   perturbation_rows(data))]
+    if mipu_rows(data):
+        parts += ["## MIPU's screening: candidates kept and rolled back", _md_table(MIPU_HEADER, mipu_rows(data))]
     if data.get("long_horizon"):
         parts += [f"## {HORIZON_TITLE}", "\n".join(f"- {d}" for d in data["long_horizon"]["definitions"])]
         parts += [x for caption, header, rows in horizon_tables(data["long_horizon"])

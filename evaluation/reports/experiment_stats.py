@@ -41,6 +41,9 @@ TRAINING_KEYS = {  # what each training-side column is, from the cells' metrics.
     "mismatch_dp_p99_mean": ("ratio/abs_dp_p99", "mean"),
     "sigma_drift": ("perturb/sigma_mean", "drift"),
     "ratio_p2_min": ("diag/ratio_loss/p2", "min"),
+    # MIPU's screening (the mismatch suite): steps screened and candidates kept, per cell
+    "mipu_screened": ("mipu/accepted", "count"),
+    "mipu_kept": ("mipu/accepted", "sum"),
 }
 PERTURBATION_KEYS = ("rel_noise_mean", "dp_p75_mean", "dp_p99_mean", "sigma_drift")
 
@@ -88,7 +91,7 @@ def compare(arm: Sequence[Record], baseline: Sequence[Record]) -> dict[str, Any]
 def _reduce(values: list[float], how: str) -> float | None:
     if not values:
         return None
-    reducers = {"mean": statistics.fmean, "max": max, "min": min, "last": lambda v: v[-1],
+    reducers = {"mean": statistics.fmean, "max": max, "min": min, "last": lambda v: v[-1], "sum": sum, "count": len,
                 "drift": lambda v: v[-1] / v[0] if v[0] else None}  # σ's last logged value over its first
     return reducers[how](values)
 
@@ -106,6 +109,12 @@ def training_summary(metric_runs: Sequence[Sequence[Record]]) -> dict[str, float
                 per_cell.append(reduced)
         out[name] = statistics.fmean(per_cell) if per_cell else None
     return out
+
+
+def mipu_rollbacks(metric_runs: Sequence[Sequence[Record]]) -> list[int]:
+    """Steps whose MIPU candidate was rolled back, per cell (cells without MIPU's screening left out)."""
+    return [sum(1 for r in records if r.get("step", 0) > 0 and r.get("mipu/accepted") == 0)
+            for records in metric_runs if any("mipu/accepted" in r for r in records)]
 
 
 def robustness_summary(records: Sequence[Record]) -> list[dict[str, Any]]:

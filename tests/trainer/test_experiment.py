@@ -13,8 +13,14 @@ from app.cli import main, parse_args
 from app.experiment import SUITES, thirds
 from app.experiment_run import build_plan, cell_config
 from evaluation.reports.experiment_figures import ROBUSTNESS_FIGURE
-from evaluation.reports.experiment_report import scale_words
-from evaluation.reports.experiment_stats import compare, tag_problems, verdict
+from evaluation.reports.experiment_report import mipu_rows, scale_words
+from evaluation.reports.experiment_stats import (
+    compare,
+    mipu_rollbacks,
+    tag_problems,
+    training_summary,
+    verdict,
+)
 from evaluation.reports.run_report import write_report
 from trainer.runtime.run_meta import source_commit
 
@@ -95,6 +101,21 @@ def test_the_summary_names_the_seeds_that_finished_not_the_plans():
     two_seeds = {"grpo/recipe": {"problems": 200, "seeds": [1, 2]}, "sprpo/recipe": {"problems": 100, "seeds": [1]}}
     assert scale_words(plan, two_seeds) == "default scale, 10 RL steps, 2 seeds × 100 held-out tasks"
     assert scale_words(plan, {}) == "default scale, 10 RL steps, 3 seeds × 0 held-out tasks"
+
+
+def test_mipu_screening_is_counted_per_cell_and_reported_per_arm():
+    """Each cell's metrics log `mipu/accepted` once per screened step (1 kept, 0 rolled back); step 0 is the
+    evaluation at the start, never screened."""
+    def cell(accepted: list[int]) -> list[dict]:
+        return [{"step": 0, "mipu/accepted": 0}] + [{"step": i + 1, "mipu/accepted": a} for i, a in enumerate(accepted)]
+
+    runs = [cell([1, 0, 1, 1]), cell([0, 0, 1, 1])]
+    assert mipu_rollbacks(runs) == [1, 2] and mipu_rollbacks([[{"step": 1, "rollout/reward": 0.5}]]) == []
+    t = training_summary(runs)
+    assert (t["mipu_screened"], t["mipu_kept"]) == (4, 2.5)  # means over the two cells
+    arms = {"mipu/quant_int3": {"training": t, "success": 0.6, "mipu_rolled_back_per_seed": [1, 2]},
+            "grpo/quant_int3": {"training": training_summary([[{"step": 1, "rollout/reward": 0.5}]]), "success": 0.7}}
+    assert mipu_rows({"arms": arms}) == [["mipu/quant_int3", "4.0", "2.5", "1.5", "1, 2", "0.600"]]
 
 
 def _files_of(cell_dir):
