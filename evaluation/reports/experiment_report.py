@@ -146,13 +146,16 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
                      ", ".join(f"{v:.3f}" for v in a["per_seed"].values()), f"{_f(a['pass_at_k'][top_k])} (k={top_k})",
                      str(a["problems"]), _f(t["reward_mean"]), _f(t["reward_last"]), _f(t["mismatch_kl_mean"], ".2e"),
                      _f(t["ratio_p98_max"]), _f(t["r_mis_p98_mean"]), _f(t["ppo_kl_mean"], ".2e"),
-                     _f(t["entropy_last"]), _f(t["step_s_mean"], ".1f")])
+                     _f(t.get("update_kl_mean"), ".2e"), _f(t["entropy_last"]), _f(t["step_s_mean"], ".1f")])
     return rows
 
 
 ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval", "per seed", "pass@k", "seed-task pairs",
               "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "r_mis P98 (mean)",
-              "update KL (mean)", "entropy (last)", "s/step"]
+              "loss ppo_kl (mean)", "update KL, clean k3 (mean)", "entropy (last)", "s/step"]
+"""`loss ppo_kl` is the policy loss's own log-ratio mean, on the update forward (perturbed under ALP, so it carries
+the noise); `update KL, clean` is KL(π_θold ‖ π_θ) after the step on the unperturbed model, from the diagnostics
+steps (`diag/policy_kl_k3`)."""
 COMPARISON_HEADER = ["arm", "baseline", "difference", "95% interval", "pairs", "verdict"]
 
 

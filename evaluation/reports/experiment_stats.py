@@ -30,7 +30,8 @@ TRAINING_KEYS = {  # what each training-side column is, from the cells' metrics.
     "mismatch_kl_mean": ("rollout_corr/kl", "mean"),
     "ratio_p98_max": ("diag/ratio_loss/p98", "max"),
     "r_mis_p98_mean": ("ratio/mis_token/p98", "mean"),
-    "ppo_kl_mean": ("actor/ppo_kl", "mean"),
+    "ppo_kl_mean": ("actor/ppo_kl", "mean"),  # on the update forward: under ALP the perturbed one, noise included
+    "update_kl_mean": ("diag/policy_kl_k3", "mean"),  # KL(π_θold ‖ π_θ) after the step, clean (diagnostics steps)
     "entropy_last": ("diag/entropy", "last"),
     "step_s_mean": ("perf/step_s", "mean"),
     # ALP's perturbation against the sampler's own mismatch (the sensitivity and ablation suites)
