@@ -331,9 +331,8 @@ SUITES = {s.name: s for s in (
           "success every 25 steps: ratio envelopes, KL and grad-norm spikes, entropy and collapse over the whole "
           "horizon (ALP Figures 1, 3, 4)", LONG_METHODS, _long_settings, pair_arms=long_comparisons,
           horizons=LONG_HORIZONS, horizon_report=True,
-          cost="10 cells (5 methods × lag2 × seeds 0,1), not run yet: expect ~1.5-2 h a cell (200 steps at the "
-               "23-30 s a step the sensitivity suite's cells logged beside other work, plus 8 evaluations), "
-               "~15-20 h one at a time",
+          cost="10 cells (5 methods × lag2 × seeds 0,1): ~10 s a step two cells at a time (2026-12-05), so "
+               "~38 min a 200-step cell with its 8 evaluations and ~3.2 h for the suite with --parallel 2",
           claim="over a long run Seq-Bypass's loss-ratio envelope blows up while ALP's stays tight, ALP avoids "
           "the KL spikes MIS shows, and its entropy is higher but controlled"),
     Suite("robustness", "GRPO, SPrPO and Seq-ALP on the household, then the robustness sweep of each final "
