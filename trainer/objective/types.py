@@ -31,9 +31,9 @@ class Batch:
     rewards:        (B,)   scalar outcome rewards (less the KL penalty with algo.kl_in_reward).
     group_ids:      (B,)   GRPO group of each row.
     advantages:     (B, T) A_b broadcast over t, times m (GiGPO's per turn with algo.advantage=gigpo).
-    old_logp:       (B, T) trainer log-probs at rollout time (no grad, unperturbed; `update.old_logprobs`).
+    old_logp:       (B, T) trainer log-probs at rollout time (no grad, unperturbed; `logprobs.old_logprobs`).
     corr_weights:   (B, T) detached off-policy correction weights w (TIS/MIS), once per rollout batch
-                    (`objective.prepare_corrections`).
+                    (`corrections.prepare_corrections`).
     corr_keep:      (B, T) m′ = m ⊙ keep: the loss mask after rejection (equals m without rejection), with w.
     quatro_targets: (B, T) QUATRO's trust-region target log-ratios t_b·m, which its loss reads in place of the
                     advantages (None unless algo.quatro_delta > 0).
