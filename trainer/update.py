@@ -26,7 +26,6 @@ Legend: B trajectories in the rollout batch, b rows of a micro-batch, T response
 
 from __future__ import annotations
 
-import inspect
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from trainer.objective.losses import (
     REQUIRED_AGG,
     aggregate,
     get_policy_loss,
+    keyword_names,
     kl_penalty,
     masked_fill_zero,
     masked_mean,
@@ -175,14 +175,10 @@ def _update_loss_scale(scaler: ShardedGradScaler) -> dict[str, float]:
     return {"actor/loss_scale": used, "actor/fp16_overflow": float(scaler.get_scale() < used)}
 
 
-def _keyword_names(fn) -> list[str]:
-    return [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
-
-
 def loss_kwargs(algo: AlgoConfig, name: str | None = None) -> dict:
     """Flat hyperparameters for registry entry `name` (default `algo.policy_loss`), by field name."""
     fn = get_policy_loss(name or algo.policy_loss)
-    names = [n for n in _keyword_names(fn) if n != "weights"]
+    names = [n for n in keyword_names(fn) if n != "weights"]
     missing = [n for n in names if not hasattr(algo, n)]
     if missing:
         raise ValueError(f"policy loss {name or algo.policy_loss!r} takes {missing}, which AlgoConfig lacks; "

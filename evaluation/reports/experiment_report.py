@@ -232,8 +232,8 @@ def markdown(data: dict[str, Any]) -> str:
     if perturbation_rows(data):
         parts += ["## The perturbation against the sampler's mismatch", _md_table(PERTURBATION_HEADER,
                                                                                   perturbation_rows(data))]
-    if mipu_rows(data):
-        parts += ["## MIPU's screening: candidates kept and rolled back", _md_table(MIPU_HEADER, mipu_rows(data))]
+    if mipu := mipu_rows(data):
+        parts += ["## MIPU's screening: candidates kept and rolled back", _md_table(MIPU_HEADER, mipu)]
     if data.get("long_horizon"):
         parts += [f"## {HORIZON_TITLE}", "\n".join(f"- {d}" for d in data["long_horizon"]["definitions"])]
         parts += [x for caption, header, rows in horizon_tables(data["long_horizon"])

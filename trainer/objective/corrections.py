@@ -54,7 +54,6 @@ Legend: B trajectories, T response positions.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,7 +62,13 @@ import torch
 from torch import Tensor
 
 from trainer.config.algo_config import AlgoConfig
-from trainer.objective.losses import LOG_RATIO_CLAMP, RATIO_LEVELS, masked_fill_zero, masked_mean
+from trainer.objective.losses import (
+    LOG_RATIO_CLAMP,
+    RATIO_LEVELS,
+    keyword_names,
+    masked_fill_zero,
+    masked_mean,
+)
 from trainer.objective.offpolicy_masks import m2po_keep
 from trainer.objective.rejection import divergence_rejection, parse_rs
 from trainer.objective.types import Batch
@@ -238,8 +243,7 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
 
 def correction_kwargs(algo: AlgoConfig) -> dict:
     """Flat correction settings (`compute_correction` keywords are AlgoConfig field names, but for the rank sum)."""
-    names = [p.name for p in inspect.signature(compute_correction).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    return {n: getattr(algo, n) for n in names if n != "batch_sum"}
+    return {n: getattr(algo, n) for n in keyword_names(compute_correction) if n != "batch_sum"}
 
 
 def prepare_corrections(algo: AlgoConfig, batch: Batch,

@@ -25,6 +25,7 @@ Notation follows shared reference/algorithms.md §1–§2.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 
@@ -416,3 +417,8 @@ def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]
         return POLICY_LOSSES[name]
     except KeyError:
         raise ValueError(f"unknown policy loss {name!r}; valid: {', '.join(sorted(POLICY_LOSSES))}") from None
+
+
+def keyword_names(fn: Callable) -> list[str]:
+    """`fn`'s keyword-only parameters: the AlgoConfig field names a loss or the correction takes its settings by."""
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
