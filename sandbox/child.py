@@ -51,10 +51,24 @@ def clean_environ(workdir: str) -> dict[str, str]:
 
 def read_all(fd: int) -> bytes:
     chunks = []
-    while chunk := os.read(fd, 1 << 20):
+    while chunk := os.read(fd, 1 << 16):  # pipe-sized reads: a larger buffer is allocated (and touched) per call
         chunks.append(chunk)
     os.close(fd)
     return b"".join(chunks)
+
+
+def encode_payload(code: str, files: dict[str, bytes]) -> bytes:
+    """The request as the child reads it: the bare source when there are no files (the usual case: unpickling
+    touches memory a plain decode does not, and every page a run touches is a copy), else (code, files) pickled."""
+    if files:
+        return pickle.dumps((code, files), protocol=pickle.HIGHEST_PROTOCOL)  # starts with PROTO (0x80)
+    return b"\0" + code.encode("utf-8", "surrogatepass")
+
+
+def decode_payload(data: bytes) -> tuple[str, dict[str, bytes]]:
+    if data[:1] == b"\0":
+        return data[1:].decode("utf-8", "surrogatepass"), {}
+    return pickle.loads(data)
 
 
 def make_workdir(workdir: str, code: str, files: dict[str, bytes], uid: int | None,
@@ -332,7 +346,7 @@ def prepare(*, payload_fd: int | None, stdio: tuple[int, int, int], keep: tuple[
         reset_process_state()
     code, files = "", {}
     if payload_fd is not None:
-        code, files = pickle.loads(read_all(payload_fd))
+        code, files = decode_payload(read_all(payload_fd))
     check_absolute((*files, *fetch_paths), amap)
     make_workdir(workdir, code, files, uid, amap)
     bind_absolute(workdir, (*files, *fetch_paths), uid, amap)

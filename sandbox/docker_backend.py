@@ -10,11 +10,13 @@ The process backend (`sandbox.executor.Pool`) stays the default and is what the 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import tarfile
 import threading
 import time
+from concurrent.futures import Executor
 
 from sandbox.child import clean_environ
 from sandbox.executor import RunRequest, limits_for
@@ -92,6 +94,10 @@ class DockerBackend:
         self.settings = settings
         self._slots = threading.BoundedSemaphore(settings.worker_count)
         self.runs = 0
+
+    async def run_async(self, req: RunRequest, threads: Executor) -> ExecutionResult:
+        """The service's entry point: every docker call blocks, so the whole run goes to one of `threads`."""
+        return await asyncio.get_running_loop().run_in_executor(threads, self.run, req)
 
     def run(self, req: RunRequest) -> ExecutionResult:
         limits = limits_for(self.settings, req)

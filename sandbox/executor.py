@@ -33,6 +33,7 @@ read the server — the service refuses to start there unless ALPRL_SANDBOX_ALLO
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import math
@@ -42,6 +43,7 @@ import re
 import shutil
 import sys
 import threading
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from sandbox import _linux
@@ -230,6 +232,34 @@ class Pool:
             slot = self._free.get(timeout=self.settings.queue_timeout_s if wait_s is None else wait_s)
         except queue.Empty:
             return ExecutionResult("SandboxError", stderr="no sandbox worker became free in time")
+        return self._run_on(slot, req)
+
+    async def run_async(self, req: RunRequest, threads: Executor) -> ExecutionResult:
+        """`run` for an asyncio caller: on the loop itself when a slot is free and its zygote is ready (no thread
+        hand-off); otherwise, where getting there would block (no free slot, a zygote still starting or to be
+        restarted), the same in one of `threads`. Let it finish (shield it from cancellation)."""
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            return ExecutionResult("SandboxError", stderr="sandbox pool is closed")
+        try:
+            slot = self._free.get_nowait()
+        except queue.Empty:
+            return await loop.run_in_executor(threads, self.run, req)
+        which, zygote = self._pick_ready(slot, req)
+        if zygote is None:
+            return await loop.run_in_executor(threads, self._run_on, slot, req)
+        try:
+            args, caps = self._run_args(req)
+            raw = await zygote.run_async(*args, **caps)
+            return self._finish(slot, raw)
+        except WorkerFailure as exc:
+            log.error("slot %d: %s", slot.index, exc)
+            return ExecutionResult("SandboxError", stderr=f"sandbox worker failed: {exc}")
+        finally:
+            self._release(slot, which)
+
+    def _run_on(self, slot: _Slot, req: RunRequest) -> ExecutionResult:
+        """Run `req` on `slot` (taken from the free queue) in this thread, then free the slot."""
         which = "light"
         try:
             which, zygote = self._pick(slot, req)
@@ -237,28 +267,50 @@ class Pool:
                 return ExecutionResult("SandboxError", stderr=(
                     "absolute file paths run in the heavy zygote, which cannot start (see the server log); use "
                     "relative paths" if which == "heavy" else "sandbox worker unavailable (restarting)"))
-            stdin = req.stdin.encode("utf-8", "surrogateescape") if isinstance(req.stdin, str) else req.stdin
-            spec = RunSpec(limits=limits_for(self.settings, req), fetch_files=tuple(req.fetch_files),
-                           max_fetch_bytes=self.settings.max_files_bytes)
-            cap = req.max_output_bytes or self.settings.max_output_bytes
-            # A small per-call cap only trims what is kept; floods are judged against the server's cap.
-            flood = max(cap, self.settings.max_output_bytes) * self.settings.output_kill_factor
-            raw = zygote.run(spec, req.code, dict(req.files), stdin, max_output=cap, kill_after_bytes=flood)
-            self.runs += 1
-            if raw.report.cleanup_error:
-                log.warning("slot %d cleanup: %s", slot.index, raw.report.cleanup_error)
-            return to_result(raw)
+            args, caps = self._run_args(req)
+            return self._finish(slot, zygote.run(*args, **caps))
         except WorkerFailure as exc:
             log.error("slot %d: %s", slot.index, exc)
             return ExecutionResult("SandboxError", stderr=f"sandbox worker failed: {exc}")
         finally:
             self._release(slot, which)
 
-    def _pick(self, slot: _Slot, req: RunRequest) -> tuple[str, ZygoteProcess | None]:
-        """The heavy zygote for code naming a heavy module, and for absolute file paths (the light one filters
-        itself once, so it cannot mount them into a run); the light one otherwise."""
+    def _run_args(self, req: RunRequest) -> tuple[tuple, dict[str, int]]:
+        """`ZygoteProcess.run`'s arguments for `req`: (positional, output caps), its limits clamped to the server's."""
+        stdin = req.stdin.encode("utf-8", "surrogateescape") if isinstance(req.stdin, str) else req.stdin
+        spec = RunSpec(limits=limits_for(self.settings, req), fetch_files=tuple(req.fetch_files),
+                       max_fetch_bytes=self.settings.max_files_bytes)
+        cap = req.max_output_bytes or self.settings.max_output_bytes
+        # A small per-call cap only trims what is kept; floods are judged against the server's cap.
+        flood = max(cap, self.settings.max_output_bytes) * self.settings.output_kill_factor
+        return (spec, req.code, dict(req.files), stdin), {"max_output": cap, "kill_after_bytes": flood}
+
+    def _finish(self, slot: _Slot, raw: RawRun) -> ExecutionResult:
+        self.runs += 1
+        if raw.report.cleanup_error:
+            log.warning("slot %d cleanup: %s", slot.index, raw.report.cleanup_error)
+        return to_result(raw)
+
+    def _wants_heavy(self, req: RunRequest) -> tuple[bool, bool]:
+        """(run it in the heavy zygote, it has absolute file paths): the heavy zygote takes code naming a heavy
+        module, and absolute file paths (the light one filters itself once, so it cannot mount them into a run)."""
         absolute = bool(absolute_paths(req.files, req.fetch_files))
-        if self._heavy_re is not None and (absolute or self._heavy_re.search(req.code)):
+        return self._heavy_re is not None and (absolute or bool(self._heavy_re.search(req.code))), absolute
+
+    def _pick_ready(self, slot: _Slot, req: RunRequest) -> tuple[str, ZygoteProcess | None]:
+        """`_pick` where it would not block: the zygote, or None where it is still starting or must restart."""
+        heavy, _ = self._wants_heavy(req)
+        if heavy:
+            ready = slot.heavy_done.is_set() and slot.heavy is not None and slot.heavy.alive
+            return "heavy", slot.heavy if ready else None
+        ready = slot.light is not None and slot.light.alive
+        return "light", slot.light if ready else None
+
+    def _pick(self, slot: _Slot, req: RunRequest) -> tuple[str, ZygoteProcess | None]:
+        """The zygote `_wants_heavy` names, started or restarted here if need be (blocking); None if it cannot
+        start. Without a heavy zygote, heavy code runs in the light one (which imports the modules itself)."""
+        heavy, absolute = self._wants_heavy(req)
+        if heavy:
             slot.heavy_done.wait(timeout=120)
             if slot.heavy is not None and not slot.heavy.alive or slot.heavy is None and absolute:
                 self._revive(slot, "heavy")  # died while idle (e.g. killed), or missing where only it will do

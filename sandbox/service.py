@@ -1,6 +1,7 @@
 """The service object behind the HTTP routes: backend (process pool or docker), sessions, gate, metrics.
 
-Blocking backend calls run in a thread pool sized to the gate's capacity, so the event loop only parses HTTP.
+A run is driven on the event loop itself when its slot's zygote is ready (`Pool.run_async`); whatever would block
+(starting a zygote, the docker backend, sessions) runs in a thread pool sized to the gate's capacity.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ class SandboxService:
         queued = time.monotonic()
         async with self.gate:
             waited = time.monotonic() - queued
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self.threads, self.backend.run, req)
+            # shielded: a request cancelled mid-run (client gone) must still let its run finish and free its slot
+            result = await asyncio.shield(self.backend.run_async(req, self.threads))
         self.metrics.observe_execution(result.status, result.killed_reason)
         return result, waited
 

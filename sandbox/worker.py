@@ -1,6 +1,6 @@
 """Server-side handle of one zygote process: spawn, handshake, drive one run at a time, kill.
 
-A run's data moves through pipes created here: the request payload (code + files, pickled) and stdin go straight
+A run's data moves through pipes created here: the request payload (`child.encode_payload`) and stdin go straight
 to the forked child; stdout/stderr come straight back and are read *concurrently* with per-stream byte caps
 (past the cap the bytes are drained and dropped; past `kill_after_bytes` in total the run is killed, reason
 "output").
@@ -10,9 +10,9 @@ The zygote reports only how the run ended. If the zygote dies or stops answering
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import pickle
 import selectors
 import signal
 import socket
@@ -23,7 +23,7 @@ from base64 import b64decode
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox.child import THREAD_VARS
+from sandbox.child import THREAD_VARS, encode_payload
 from sandbox.protocol import RunReport, RunSpec, ZygoteConfig, recv, send
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -75,72 +75,113 @@ class RawRun:
 
 
 class Pump:
-    """Non-blocking writer/reader multiplexing over pipes plus the zygote's control socket."""
+    """Non-blocking writer/reader multiplexing over pipes plus the zygote's control socket.
 
-    def __init__(self, sock: socket.socket, *, own_fds: bool = True):
-        self.sel = selectors.DefaultSelector()
+    Two drivers share every handler: `step` waits on a selector of its own (a run thread), `step_async` on the
+    running asyncio loop (the server's event loop, so a run needs no thread hand-off).
+    """
+
+    def __init__(self, sock: socket.socket, *, own_fds: bool = True, loop: asyncio.AbstractEventLoop | None = None):
+        self.loop = loop
+        self.sel = None if loop else selectors.DefaultSelector()
         self.own_fds = own_fds  # False for a session's long-lived pipes: unregister, never close
         self.sock = sock
         self.messages: list[tuple[str, object]] = []
         self.sock_eof = False
-        self.sel.register(sock, selectors.EVENT_READ)
+        self._readers: dict[int, object] = {}  # fd → sink
+        self._writers: dict[int, memoryview] = {}  # fd → bytes left to write
+        self._woken: asyncio.Future | None = None
+        self._watch(sock.fileno(), write=False)
+
+    def _watch(self, fd: int, *, write: bool) -> None:
+        if self.loop is None:
+            self.sel.register(fd, selectors.EVENT_WRITE if write else selectors.EVENT_READ)
+        elif write:
+            self.loop.add_writer(fd, self._ready, fd)
+        else:
+            self.loop.add_reader(fd, self._ready, fd)
+
+    def _unwatch(self, fd: int, *, write: bool) -> None:
+        if self.loop is None:
+            self.sel.unregister(fd)
+        elif write:
+            self.loop.remove_writer(fd)
+        else:
+            self.loop.remove_reader(fd)
 
     def add_writer(self, fd: int, data: bytes) -> None:
         os.set_blocking(fd, False)
         if data:
-            self.sel.register(fd, selectors.EVENT_WRITE, memoryview(data))
+            self._writers[fd] = memoryview(data)
+            self._watch(fd, write=True)
         elif self.own_fds:
             os.close(fd)
 
     def add_reader(self, fd: int, sink) -> None:
         os.set_blocking(fd, False)
-        self.sel.register(fd, selectors.EVENT_READ, sink)
+        self._readers[fd] = sink
+        self._watch(fd, write=False)
 
     def open_readers(self) -> int:
-        return sum(1 for k in self.sel.get_map().values() if k.events == selectors.EVENT_READ and k.fd != self.sock.fileno())
+        return len(self._readers)
 
     def step(self, timeout: float) -> None:
         for key, _ in self.sel.select(max(timeout, 0.0)):
-            if key.fileobj is self.sock:
-                self._read_sock()
-            elif key.events == selectors.EVENT_WRITE:
-                self._write(key)
-            else:
-                self._read(key)
+            self._handle(key.fd)
+
+    async def step_async(self, timeout: float) -> None:
+        """Wait until at least one event was handled (by `_ready`, on the loop) or `timeout` passed."""
+        self._woken = woken = self.loop.create_future()
+        timer = self.loop.call_later(max(timeout, 0.0), _resolve, woken)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+
+    def _ready(self, fd: int) -> None:
+        self._handle(fd)
+        _resolve(self._woken)
+
+    def _handle(self, fd: int) -> None:
+        if fd == self.sock.fileno() and not self.sock_eof:
+            self._read_sock()
+        elif fd in self._writers:
+            self._write(fd)
+        elif fd in self._readers:
+            self._read(fd)
 
     def _read_sock(self) -> None:
         try:
             kind, payload, fds = recv(self.sock)
         except (EOFError, OSError):
             self.sock_eof = True
-            self.sel.unregister(self.sock)
+            self._unwatch(self.sock.fileno(), write=False)
             return
         for fd in fds:
             os.close(fd)
         self.messages.append((kind, payload))
 
-    def _write(self, key) -> None:
+    def _write(self, fd: int) -> None:
+        data = self._writers[fd]
         try:
-            sent = os.write(key.fd, key.data[:1 << 16])
+            sent = os.write(fd, data[:1 << 16])
         except BlockingIOError:
             return
         except OSError:  # EPIPE: the child stopped reading (exited or never reads stdin)
-            sent = len(key.data)
-        rest = key.data[sent:]
-        if rest:
-            self.sel.modify(key.fd, selectors.EVENT_WRITE, rest)
-        else:
-            self.close(key.fd)
+            sent = len(data)
+        self._writers[fd] = rest = data[sent:]
+        if not rest:
+            self.close(fd)
 
-    def _read(self, key) -> None:
+    def _read(self, fd: int) -> None:
         try:
-            data = os.read(key.fd, 1 << 16)
+            data = os.read(fd, 1 << 16)
         except BlockingIOError:
             return
         if data:
-            key.data(data)
+            self._readers[fd](data)
         else:
-            self.close(key.fd)
+            self.close(fd)
 
     def drain(self, fd: int, sink) -> None:
         """Read whatever is already buffered in `fd` without waiting."""
@@ -154,15 +195,24 @@ class Pump:
             sink(data)
 
     def close(self, fd: int) -> None:
-        self.sel.unregister(fd)
+        write = fd in self._writers
+        (self._writers if write else self._readers).pop(fd)
+        self._unwatch(fd, write=write)
         if self.own_fds:
             os.close(fd)
 
     def close_all(self) -> None:
-        for key in list(self.sel.get_map().values()):
-            if key.fileobj is not self.sock:
-                self.close(key.fd)
-        self.sel.close()
+        for fd in [*self._writers, *self._readers]:
+            self.close(fd)
+        if not self.sock_eof:
+            self._unwatch(self.sock.fileno(), write=False)
+        if self.sel is not None:
+            self.sel.close()
+
+
+def _resolve(future: asyncio.Future | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 class ZygoteProcess:
@@ -224,8 +274,42 @@ class ZygoteProcess:
 
     def run(self, spec: RunSpec, code: str, files: dict[str, bytes], stdin: bytes, *, max_output: int,
             kill_after_bytes: int) -> RawRun:
-        """Run one request; raises WorkerFailure if the zygote fails (it is then marked broken)."""
-        payload = pickle.dumps((code, files), protocol=pickle.HIGHEST_PROTOCOL)
+        """Run one request, waiting in this thread; raises WorkerFailure if the zygote fails (it is then marked
+        broken)."""
+        run = self._begin(spec, code, files, stdin, max_output, kill_after_bytes, loop=None)
+        try:
+            while (remaining := run.waiting()) is not None:
+                run.pump.step(remaining)
+        finally:
+            self._end(run, kill=run.failed)
+        return run.result()
+
+    async def run_async(self, spec: RunSpec, code: str, files: dict[str, bytes], stdin: bytes, *, max_output: int,
+                        kill_after_bytes: int) -> RawRun:
+        """`run` on the running asyncio loop: the loop itself waits on the run's pipes and the control socket, so
+        the server needs no thread hand-off. Cancelled, it kills the zygote (its report would otherwise reach
+        the next run): callers that mean to reuse the zygote let it finish (the service shields it)."""
+        run = self._begin(spec, code, files, stdin, max_output, kill_after_bytes, loop=asyncio.get_running_loop())
+        cancelled = False
+        try:
+            while (remaining := run.waiting()) is not None:
+                await run.pump.step_async(remaining)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
+        finally:
+            self._end(run, kill=run.failed or cancelled)
+        return run.result()
+
+    def _end(self, run: _Run, *, kill: bool) -> None:
+        run.pump.close_all()  # first: nothing may still watch the control socket when kill() closes it
+        if kill:
+            self.kill()
+
+    def _begin(self, spec: RunSpec, code: str, files: dict[str, bytes], stdin: bytes, max_output: int,
+               kill_after_bytes: int, loop: asyncio.AbstractEventLoop | None) -> _Run:
+        """Hand the run to the zygote with its pipes; returns what watches it."""
+        payload = encode_payload(code, files)
         payload_r, payload_w = os.pipe()
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -245,41 +329,51 @@ class ZygoteProcess:
         for fd in theirs:
             os.close(fd)
         self.runs += 1
-        pump = Pump(self.sock)
-        out, err, fetched = Capture(max_output), Capture(max_output), bytearray()
-        pump.add_writer(payload_w, payload)
-        pump.add_writer(stdin_w, stdin)
-        pump.add_reader(out_r, out.feed)
-        pump.add_reader(err_r, err.feed)
+        run = _Run(self, Pump(self.sock, loop=loop), spec, Capture(max_output), Capture(max_output), kill_after_bytes)
+        run.pump.add_writer(payload_w, payload)
+        run.pump.add_writer(stdin_w, stdin)
+        run.pump.add_reader(out_r, run.out.feed)
+        run.pump.add_reader(err_r, run.err.feed)
         if fetch_r is not None:
-            pump.add_reader(fetch_r, fetched.extend)
-        try:
-            report = self._supervise(pump, spec, out, err, kill_after_bytes)
-        finally:
-            pump.close_all()
-        return RawRun(report, out, err, _decode_fetch(bytes(fetched)))
+            run.pump.add_reader(fetch_r, run.fetched.extend)
+        return run
 
-    def _supervise(self, pump: Pump, spec: RunSpec, out: Capture, err: Capture, flood: int) -> RunReport:
-        guard = time.monotonic() + spec.limits.timeout_s + GRACE_S
-        report: RunReport | None = None
-        kill_sent = False
-        while report is None or pump.open_readers():
-            remaining = guard - time.monotonic()
-            if remaining <= 0:
-                self.kill()
-                raise WorkerFailure("zygote stopped answering (run not ended within timeout + grace)")
-            pump.step(remaining)
-            for kind, payload in pump.messages:
-                if kind == "exited":
-                    report = payload
-            pump.messages.clear()
-            if pump.sock_eof and report is None:
-                self.kill()
-                raise WorkerFailure("zygote exited during the run")
-            if not kill_sent and out.total + err.total > flood and report is None:
-                send(self.sock, "kill", "output")
-                kill_sent = True
-        return report
+
+class _Run:
+    """One run in flight: what its pipes and the zygote's report say so far, whichever way it is waited on."""
+
+    def __init__(self, zygote: ZygoteProcess, pump: Pump, spec: RunSpec, out: Capture, err: Capture, flood: int):
+        self.zygote, self.pump, self.out, self.err, self.flood = zygote, pump, out, err, flood
+        self.fetched = bytearray()
+        self.guard = time.monotonic() + spec.limits.timeout_s + GRACE_S
+        self.report: RunReport | None = None
+        self.kill_sent = False
+        self.failed = False  # the zygote died or hung: the caller kills it
+
+    def waiting(self) -> float | None:
+        """Seconds to wait for the next event, or None once the report and every output stream are in.
+
+        Raises WorkerFailure (with `failed` set) if the zygote died or outlived the run's timeout + grace."""
+        for kind, payload in self.pump.messages:
+            if kind == "exited":
+                self.report = payload
+        self.pump.messages.clear()
+        if self.pump.sock_eof and self.report is None:
+            self.failed = True
+            raise WorkerFailure("zygote exited during the run")
+        if not self.kill_sent and self.out.total + self.err.total > self.flood and self.report is None:
+            send(self.zygote.sock, "kill", "output")
+            self.kill_sent = True
+        if self.report is not None and not self.pump.open_readers():
+            return None
+        remaining = self.guard - time.monotonic()
+        if remaining <= 0:
+            self.failed = True
+            raise WorkerFailure("zygote stopped answering (run not ended within timeout + grace)")
+        return remaining
+
+    def result(self) -> RawRun:
+        return RawRun(self.report, self.out, self.err, _decode_fetch(bytes(self.fetched)))
 
 
 def _decode_fetch(blob: bytes) -> dict[str, bytes]:

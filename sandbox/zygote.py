@@ -27,7 +27,7 @@ import atexit
 import gc
 import importlib
 import os
-import selectors
+import select
 import shutil
 import signal
 import socket
@@ -195,12 +195,13 @@ class Zygote:
         # the same for every run: computed once; none under a zygote-wide filter (a per-run bind mount is denied)
         self.amap = None if self.config.seccomp_once else self.absolute_map()
         child.rebuild_sys_streams()  # once here; children inherit them (fds 0-2 are re-pointed before use)
-        self.selector = selectors.DefaultSelector()  # reused by every wait: one epoll for the zygote's life
-        self.selector.register(self.sock, selectors.EVENT_READ)
+        # One epoll for the zygote's life, used directly: every page a wait touches is copied after each fork
+        self.poller = select.epoll()
+        self.poller.register(self.sock.fileno(), select.EPOLLIN)
         self.use_pidfd = _linux.pidfd_works()
         if not self.use_pidfd:  # kernel < 5.3 or seccomp: learn about exits through SIGCHLD instead
             self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-            self.selector.register(self.wake_r, selectors.EVENT_READ)
+            self.poller.register(self.wake_r, select.EPOLLIN)
             signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
             signal.signal(signal.SIGCHLD, lambda *_: None)
         described = self.filter.describe() if self.filter else None
@@ -265,28 +266,30 @@ class Zygote:
         """Block until `pid` exits (reason None), a kill message arrives, or the deadline passes."""
         pidfd = os.pidfd_open(pid) if self.use_pidfd else None  # readable once the process has exited
         if pidfd is not None:
-            self.selector.register(pidfd, selectors.EVENT_READ)
-        try:
-            while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-                timeout = None if deadline is None else deadline - time.monotonic()
-                if timeout is not None and timeout <= 0:
+            self.poller.register(pidfd, select.EPOLLIN)
+        try:  # without a pidfd, SIGCHLD wakes the wait (through wake_r) and waitid tells whether it was `pid`
+            while pidfd is not None or os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                timeout = -1.0 if deadline is None else deadline - time.monotonic()
+                if deadline is not None and timeout <= 0:
                     return "timeout"
-                for key, _ in self.selector.select(timeout):
-                    if key.fileobj is self.sock:
+                for fd, _ in self.poller.poll(timeout):
+                    if fd == pidfd:
+                        return None
+                    if fd == self.sock.fileno():
                         try:
                             kind, payload, fds = recv(self.sock)
                         except EOFError:
                             return "server"
-                        for fd in fds:
-                            os.close(fd)
+                        for received in fds:
+                            os.close(received)
                         if kind in ("kill", "exit"):
                             return str(payload or "request")
-                    elif pidfd is None:
+                    else:
                         _linux.drain(self.wake_r)
             return None
         finally:
             if pidfd is not None:
-                self.selector.unregister(pidfd)
+                self.poller.unregister(pidfd)
                 os.close(pidfd)
 
     def run(self, spec: RunSpec, fds: list[int]) -> None:
