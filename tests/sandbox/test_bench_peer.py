@@ -47,7 +47,7 @@ def test_bench_measures_a_peer_in_the_same_rounds(capsys):
         assert re.search(rf"^ratio alprl/peer \({re.escape(name)}\): +\d+\.\d+x throughput", out, re.M), out
         assert re.search(rf"^ratio alprl/naive \({re.escape(name)}\): +\d+\.\d+x sequential naive", out, re.M), out
         assert re.search(rf"^latency peer/alprl \({re.escape(name)}\): p50 +\d+\.\d+x", out, re.M), out
-        assert re.search(r"^ +peer: +\d+\.\d+ exec/s", out, re.M), out
+        assert re.search(r"^ +peer: +\d+\.\d+ exec/s.* client CPU \d+\.\d+ ms/request$", out, re.M), out
         assert re.search(rf"^ratio CPU per execution peer/alprl \({re.escape(name)}\): +\d+\.\d+x", out, re.M), out
     # the baseline is a plain interpreter, never the project venv with its editable-install finder
     assert "naive baseline for print(6 * 7): " in out and "naive baseline for numpy: " in out
