@@ -108,6 +108,10 @@ class RunCounts:
     grad_norm_spikes: Events
     collapse: Events
     median_kl: float | None
+    median_update_kl: float | None
+    max_update_kl: tuple[int, float] | None
+    """(step, value) of the run's largest update KL: its scale, where the median of a quantity that is ~0 on
+    every step without a reward difference in its groups makes "10× the median" a low bar."""
     median_grad_norm: float | None
     best_success: float | None
     final_success: float | None
@@ -123,11 +127,11 @@ def _median(series: Series) -> float | None:
 def run_counts(records: Sequence[Mapping[str, Any]]) -> RunCounts:
     """The counts of one run from its metrics records (metrics.jsonl, one per step)."""
     kl, grad = step_series(records, SERIES["kl"]), step_series(records, SERIES["grad_norm"])
-    success = step_series(records, SERIES["success"])
-    return RunCounts(kl_spikes=spikes(kl, KL_SPIKE_FACTOR),
-                     update_kl_spikes=spikes(step_series(records, SERIES["update_kl"]), KL_SPIKE_FACTOR),
+    update_kl, success = step_series(records, SERIES["update_kl"]), step_series(records, SERIES["success"])
+    return RunCounts(kl_spikes=spikes(kl, KL_SPIKE_FACTOR), update_kl_spikes=spikes(update_kl, KL_SPIKE_FACTOR),
                      grad_norm_spikes=spikes(grad, GRAD_SPIKE_FACTOR), collapse=collapses(success),
-                     median_kl=_median(kl), median_grad_norm=_median(grad),
+                     median_kl=_median(kl), median_update_kl=_median(update_kl),
+                     max_update_kl=max(update_kl, key=lambda sv: sv[1], default=None), median_grad_norm=_median(grad),
                      best_success=max((v for _, v in success), default=None),
                      final_success=success[-1][1] if success else None)
 

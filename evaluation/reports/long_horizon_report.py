@@ -31,7 +31,9 @@ EVENT_NAMES = {"kl_spikes": "KL spikes", "update_kl_spikes": "update-KL spikes",
 def definitions() -> list[str]:
     """The count definitions, in the words the report prints above its tables."""
     return [f"KL spike: a step whose rollout→trainer KL (`{SERIES['kl']}`) exceeds {KL_SPIKE_FACTOR:g}× the run's "
-            f"median of it; update-KL spike: the same on `{SERIES['update_kl']}`.",
+            f"median of it; update-KL spike: the same on `{SERIES['update_kl']}` (KL(π_θold ‖ π_θ) after the "
+            "update; ~0 on steps whose groups had no reward difference, so its median is low and the count is high: "
+            "read it with the run's median and largest update KL).",
             f"Grad-norm spike: a step whose pre-clip grad norm (`{SERIES['grad_norm']}`) exceeds "
             f"{GRAD_SPIKE_FACTOR:g}× the run's median.",
             f"Collapse: a held-out evaluation (`{SERIES['success']}`) more than {100 * COLLAPSE_DROP:g} points below "
@@ -56,13 +58,17 @@ def _f(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
+def _max(step_value: Sequence | None) -> str:
+    return "–" if step_value is None else f"{step_value[1]:.2e} ({step_value[0]})"
+
+
 def _first(step: int | None) -> str:
     return "never" if step is None else str(step)
 
 
 ARM_HEADER = ["arm", *(h for kind in EVENT_KINDS for h in (f"{EVENT_NAMES[kind]} (runs with)", "first"))]
 RUN_HEADER = ["cell", *(h for kind in EVENT_KINDS for h in (EVENT_NAMES[kind], "first")), "median KL",
-              "median grad norm", "best success", "final success"]
+              "median update KL", "max update KL (step)", "median grad norm", "best success", "final success"]
 
 
 def arm_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -74,7 +80,8 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
 
 def run_rows(data: dict[str, Any]) -> list[list[str]]:
     return [[r["cell"], *(v for kind in EVENT_KINDS for v in (str(r[kind]["count"]), _first(r[kind]["first_step"]))),
-             _f(r["median_kl"], ".2e"), _f(r["median_grad_norm"], ".3g"), _f(r["best_success"], ".3f"),
+             _f(r["median_kl"], ".2e"), _f(r["median_update_kl"], ".2e"), _max(r["max_update_kl"]),
+             _f(r["median_grad_norm"], ".3g"), _f(r["best_success"], ".3f"),
              _f(r["final_success"], ".3f")] for r in data["runs"]]
 
 

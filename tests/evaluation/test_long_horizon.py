@@ -90,10 +90,21 @@ def test_run_counts_reads_a_runs_metrics_records():
     assert (counts.best_success, counts.final_success) == (0.7, 0.45)
 
 
+def test_the_update_kl_has_its_median_and_its_largest_step():
+    records = _records([1e-3] * 5, [0.5] * 5)
+    for record, value in zip(records, [1e-10, 2e-3, 1e-9, 0.4, 3e-3], strict=True):
+        record[SERIES["update_kl"]] = value
+    counts = run_counts(records)
+    assert counts.median_update_kl == pytest.approx(2e-3)
+    assert counts.max_update_kl == (4, 0.4)
+    assert counts.update_kl_spikes == Events(1, 4, (4,))  # 0.4 > 10 × 2e-3; 3e-3 is not
+
+
 def test_a_run_without_the_keys_counts_nothing():
     counts = run_counts([{"step": 1, "rollout/reward": 0.5}])
     assert counts.kl_spikes == counts.collapse == Events(0, None, ())
     assert counts.median_kl is counts.best_success is counts.final_success is None
+    assert counts.median_update_kl is counts.max_update_kl is None
 
 
 def test_pooled_counts_total_runs_with_and_earliest_first_step():
