@@ -133,9 +133,10 @@ def cell_config(config: str, overrides: list[str]) -> TrainConfig:
 
 
 def pick_settings(settings: list, names: str | None) -> list:
-    """The suite's settings, or those named in `--settings` (ConfigError naming the valid ones)."""
+    """The suite's settings (but those run only when named), or those named in `--settings` (ConfigError
+    naming the valid ones)."""
     if names is None:
-        return settings
+        return [s for s in settings if not s.named_only]
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     known = {s.name: s for s in settings}
     unknown = [n for n in wanted if n not in known]

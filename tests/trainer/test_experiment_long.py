@@ -66,6 +66,17 @@ def test_the_tuned_perturbation_is_one_sixth_arm(tmp_path, monkeypatch):
                                                   "token_alp/lag2")} <= set(pairs)
 
 
+def test_lag4_runs_only_when_named_and_compares_within_its_own_sampler(tmp_path):
+    assert all(c.arm.endswith("/lag2") for c in plan_of("long", "--out", str(tmp_path / "d")).cells)
+    plan = plan_of("long", "--settings", "lag4", "--methods", "grpo,seq_bypass,seq_alp", "--out",
+                   str(tmp_path / "h"))
+    assert [c.arm for c in plan.cells] == ["grpo/lag4", "seq_bypass/lag4", "seq_alp/lag4"] * 2
+    assert build_config(plan.config, plan.cell_overrides(plan.cells[0])).rollout.policy_lag == 4
+    # Token-MIS did not run: no pair against it
+    assert plan.comparisons() == [("seq_bypass/lag4", "grpo/lag4"), ("seq_alp/lag4", "grpo/lag4"),
+                                  ("seq_alp/lag4", "seq_bypass/lag4")]
+
+
 @pytest.mark.smoke
 def test_long_smoke_reports_counts_and_figures_over_the_horizon(tmp_path, sft_dir, capsys):
     out = tmp_path / "long"
