@@ -2,7 +2,10 @@
 
 Transport: one AF_UNIX SOCK_SEQPACKET socketpair per zygote (message boundaries kept, file descriptors passed
 with SCM_RIGHTS). Both ends are our own trusted code: user code never holds this socket (the run child closes
-every inherited descriptor before the snippet starts), so messages are pickled tuples ``(kind, payload)``.
+every inherited descriptor before the snippet starts), so messages are pickled tuples ``(kind, payload)`` — but
+for the two sent once per run, "run" and "exited", which travel as marshalled tuples of plain values: a zygote's
+every page written after a fork is a copy-on-write fault, and unpickling a dataclass (its class, copyreg, the
+unpickler's state) touched ~40 pages a run that marshal does not.
 
 Request data (code, files, stdin) never travels over this socket: it goes through pipes straight to the forked
 run child, so the long-lived zygote never holds one run's data for a later run to find in memory.
@@ -14,12 +17,15 @@ zygote → server: ``("ready", info)``; ``("exited", RunReport)``.
 
 from __future__ import annotations
 
+import marshal
 import pickle
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MAX_MESSAGE = 1 << 16
 MAX_FDS = 8
+ANCILLARY_BYTES = socket.CMSG_LEN(MAX_FDS * 4)  # room for MAX_FDS descriptors (C ints)
+MARSHALLED = b"M"
 
 
 @dataclass(frozen=True)
@@ -81,11 +87,31 @@ class RunReport:
     killed_reason: str | None = None
     setup_error: str = ""
     cleanup_error: str = ""
-    extra: dict = field(default_factory=dict)
+
+
+def _plain(kind: str, payload) -> tuple | None:
+    """The per-run messages' payloads as tuples of plain values (None for every other message)."""
+    if kind == "run":
+        lim = payload.limits
+        return (lim.timeout_s, lim.memory_mb, lim.max_file_mb, lim.max_open_files, lim.max_processes, lim.cpu_s,
+                payload.fetch_files, payload.max_fetch_bytes)
+    if kind == "exited":
+        return payload.return_code, payload.wall_s, payload.killed_reason, payload.setup_error, payload.cleanup_error
+    return None
+
+
+def _from_plain(kind: str, values: tuple) -> RunSpec | RunReport:
+    if kind == "run":
+        return RunSpec(Limits(*values[:6]), tuple(values[6]), values[7])
+    return RunReport(*values)
 
 
 def send(sock: socket.socket, kind: str, payload=None, fds: list[int] | tuple[int, ...] = ()) -> None:
-    data = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    plain = _plain(kind, payload)
+    if plain is not None:
+        data = MARSHALLED + marshal.dumps((kind, plain))
+    else:
+        data = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)  # starts with PROTO (0x80)
     if len(data) > MAX_MESSAGE:
         raise ValueError(f"control message {kind!r} is {len(data)} bytes (max {MAX_MESSAGE})")
     if fds:
@@ -102,9 +128,13 @@ def recv(sock: socket.socket) -> tuple[str, object, list[int]]:
     is the same end of the conversation, so it raises EOFError too.
     """
     try:
-        data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+        data, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE, ANCILLARY_BYTES)
     except ConnectionResetError as exc:
         raise EOFError("control socket closed by peer (with a message it had not read)") from exc
+    fds = []  # socket.recv_fds' parsing, without its array object
+    for level, cmsg_type, blob in ancillary:
+        if level == socket.SOL_SOCKET and cmsg_type == socket.SCM_RIGHTS:
+            fds += memoryview(blob)[:len(blob) - len(blob) % 4].cast("i").tolist()
     if not data:
         for fd in fds:
             _close_quietly(fd)
@@ -113,6 +143,9 @@ def recv(sock: socket.socket) -> tuple[str, object, list[int]]:
         for fd in fds:
             _close_quietly(fd)
         raise ValueError("control message truncated")
+    if data[:1] == MARSHALLED:
+        kind, plain = marshal.loads(data[1:])
+        return kind, _from_plain(kind, plain), fds
     kind, payload = pickle.loads(data)
     return kind, payload, fds
 

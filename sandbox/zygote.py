@@ -143,6 +143,9 @@ class Zygote:
                 self.errors["mount"] = str(exc)
         root = PRIVATE_ROOT if "mount" in self.active else self.config.workdir_root
         self.workdir = os.path.join(root, f"{self.config.kind[0]}{self.config.slot}")
+        self.program = os.path.join(self.workdir, child.PROGRAM)
+        # what a sweep of each private tmp dir leaves: our workdir root and the paths to a kept interpreter
+        self.tmp_kept = {d: _kept_names(d, [PRIVATE_ROOT, *self.exposed]) for d in self.tmp_dirs}
         if "pid" not in self.active:
             _linux.set_child_subreaper()  # orphans come back to us, so nothing escapes the reap loop
 
@@ -400,36 +403,57 @@ class Zygote:
         os.waitpid(helper, 0)
 
     def _cleanup(self) -> str:
-        """Delete the workdir and whatever the run left in the world-writable tmp dirs."""
+        """Delete the workdir and whatever the run left in the world-writable tmp dirs.
+
+        The usual case, a run that left only its program, costs five syscalls and few Python objects: this runs
+        after every fork, where each page the zygote writes is copied."""
         problems = []
-        try:  # the usual case, a run that left only its program: two syscalls instead of rmtree's walk
-            os.unlink(os.path.join(self.workdir, child.PROGRAM))
+        try:
+            os.unlink(self.program)
             os.rmdir(self.workdir)
         except OSError:
-            pass
-        if os.path.lexists(self.workdir):
-            shutil.rmtree(self.workdir, onerror=lambda f, p, e: problems.append(f"{p}: {e[1]}"))
-        if os.path.lexists(self.workdir):
-            problems.append(f"{self.workdir} still exists")
-        private = "mount" in self.active
-        for d in self.tmp_dirs if private else (TMP_DIRS if self.uid is not None else ()):
-            try:
-                entries = list(os.scandir(d))
-            except OSError:
-                continue
-            for entry in entries:
-                if entry.path == PRIVATE_ROOT or (private and _holds_kept(entry.path, self.exposed)):
-                    continue  # our workdir root, or the read-only path to an interpreter kept visible
+            if os.path.lexists(self.workdir):
+                shutil.rmtree(self.workdir, onerror=lambda f, p, e: problems.append(f"{p}: {e[1]}"))
+            if os.path.lexists(self.workdir):
+                problems.append(f"{self.workdir} still exists")
+        if "mount" in self.active:  # our own tmpfs: everything but what was there before any run goes
+            for d, kept in self.tmp_kept.items():
                 try:
-                    if not private and entry.stat(follow_symlinks=False).st_uid != self.uid:
-                        continue  # shared host dir: only remove what this run's uid created
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path)
-                    else:
-                        os.unlink(entry.path)
-                except OSError as exc:
-                    problems.append(f"{entry.path}: {exc.strerror}")
+                    names = os.listdir(d)
+                except OSError:
+                    continue
+                for name in names:
+                    if name not in kept:
+                        _remove(os.path.join(d, name), problems)
+        elif self.uid is not None:  # the host's shared dirs: only what this run's uid created
+            for d in TMP_DIRS:
+                try:
+                    entries = list(os.scandir(d))
+                except OSError:
+                    continue
+                for entry in entries:
+                    try:
+                        if entry.stat(follow_symlinks=False).st_uid == self.uid:
+                            _remove(entry.path, problems)
+                    except OSError as exc:
+                        problems.append(f"{entry.path}: {exc.strerror}")
         return "; ".join(problems)
+
+
+def _remove(path: str, problems: list[str]) -> None:
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        problems.append(f"{path}: {exc.strerror}")
+
+
+def _kept_names(directory: str, kept: list[str]) -> frozenset[str]:
+    """The entries of `directory` that hold one of the `kept` paths (the first component below it)."""
+    prefix = directory.rstrip("/") + "/"
+    return frozenset(k[len(prefix):].split("/", 1)[0] for k in kept if k.startswith(prefix) and len(k) > len(prefix))
 
 
 def import_random_with_c_reseed() -> None:
@@ -457,10 +481,6 @@ def import_random_with_c_reseed() -> None:
         if kwargs == {"after_in_child": random._inst.seed}:
             kwargs = {"after_in_child": functools.partial(_random.Random.seed, random._inst)}
         register(**kwargs)
-
-
-def _holds_kept(path: str, kept: list[str]) -> bool:
-    return any(k == path or k.startswith(path + "/") for k in kept)
 
 
 def _setup_error(setup_r: int, rc: int, reason: str | None) -> str:
