@@ -6,11 +6,11 @@ Constants are from <sched.h>, <sys/mount.h> and <linux/prctl.h>.
 
 from __future__ import annotations
 
+import _socket
 import ctypes
 import fcntl
 import os
 import signal
-import socket
 import struct
 
 CLONE_NEWNS = 0x00020000
@@ -71,10 +71,13 @@ def loopback_up() -> None:
     SIOCSIFFLAGS on a throw-away socket; needs CAP_NET_ADMIN in the namespace (root, or root of our userns).
     A new namespace has no other interface and no route, so only 127.0.0.0/8 and ::1 become reachable.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)  # the C module: a zygote never imports `socket`
+    try:
         ifreq = struct.pack("16sh22x", b"lo", 0)  # struct ifreq: name[16], then the ifr_flags union member
         flags = struct.unpack("16sh22x", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, ifreq))[1]
         fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | IFF_UP))
+    finally:
+        s.close()
 
 
 def readonly_remount_all(skip: tuple[str, ...]) -> list[str]:

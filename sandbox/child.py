@@ -10,10 +10,8 @@ pipe the snippet never sees, so user code can never fake a SandboxError (or hide
 from __future__ import annotations
 
 import atexit
-import base64
 import builtins
 import io
-import json
 import linecache
 import os
 import pickle
@@ -21,7 +19,6 @@ import resource
 import signal
 import stat
 import sys
-import traceback
 import types
 
 from sandbox.paths import AbsoluteMap, ancestors, bind_absolute, check_absolute, host_path
@@ -194,6 +191,8 @@ def report_exception(exc: BaseException, *, skip_frames: int = 1, cells: bool = 
     exc.__traceback__ = tb  # the default hook prints the exception's own traceback, not the argument
     try:
         if cells and sys.excepthook is sys.__excepthook__:
+            import traceback  # sessions only: scripts print with the C hook, so runs fork without this module
+
             traceback.print_exception(type(exc), exc, tb)
         else:
             sys.excepthook(type(exc), exc, tb)
@@ -297,6 +296,9 @@ def fetch_files(workdir: str, paths: tuple[str, ...], cap: int, out_fd: int, ama
     Output: {"files": {path: base64}, "skipped": [path, ...]} — missing, non-regular, outside-the-workdir or
     over-the-cap files are left out (SandboxFusion omits missing files).
     """
+    import base64  # in the fetch helper only: every run would otherwise fork with them
+    import json
+
     found: dict[str, str] = {}
     skipped: list[str] = []
     total = 0

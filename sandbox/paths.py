@@ -12,7 +12,7 @@ it absolute paths are refused (422 at the HTTP layer, a setup error here as defe
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sandbox import _linux
 
@@ -40,8 +40,7 @@ def safe_path(path: str) -> str:
     return path
 
 
-@dataclass(frozen=True)
-class AbsoluteMap:
+class AbsoluteMap(NamedTuple):
     """What a zygote with a private mount tree tells its run children about absolute paths.
 
     protected: directories no mapped path may cover or sit inside (the workdirs' root, the interpreter, sys.path,

@@ -4,8 +4,9 @@ Transport: one AF_UNIX SOCK_SEQPACKET socketpair per zygote (message boundaries 
 with SCM_RIGHTS). Both ends are our own trusted code: user code never holds this socket (the run child closes
 every inherited descriptor before the snippet starts), so messages are pickled tuples ``(kind, payload)`` — but
 for the two sent once per run, "run" and "exited", which travel as marshalled tuples of plain values: a zygote's
-every page written after a fork is a copy-on-write fault, and unpickling a dataclass (its class, copyreg, the
-unpickler's state) touched ~40 pages a run that marshal does not.
+every page written after a fork is a copy-on-write fault, and unpickling a class instance (its class, copyreg,
+the unpickler's state) touched ~40 pages a run that marshal does not. The zygote side imports only `_socket`
+(the C module): `socket`'s enum classes are ~1.2 MB that a zygote would copy into every fork's page tables.
 
 Request data (code, files, stdin) never travels over this socket: it goes through pipes straight to the forked
 run child, so the long-lived zygote never holds one run's data for a later run to find in memory.
@@ -17,19 +18,19 @@ zygote → server: ``("ready", info)``; ``("exited", RunReport)``.
 
 from __future__ import annotations
 
+import _socket
 import marshal
 import pickle
-import socket
-from dataclasses import dataclass
+import sys
+from typing import NamedTuple
 
 MAX_MESSAGE = 1 << 16
 MAX_FDS = 8
-ANCILLARY_BYTES = socket.CMSG_LEN(MAX_FDS * 4)  # room for MAX_FDS descriptors (C ints)
+ANCILLARY_BYTES = _socket.CMSG_LEN(MAX_FDS * 4)  # room for MAX_FDS descriptors (C ints)
 MARSHALLED = b"M"
 
 
-@dataclass(frozen=True)
-class ZygoteConfig:
+class ZygoteConfig(NamedTuple):
     """What a zygote needs at start. `layers` is the requested subset of {"uid", "net", "pid", "mount"}."""
 
     slot: int
@@ -45,8 +46,7 @@ class ZygoteConfig:
     seccomp_once: bool = False
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """Per-run resource limits applied in the child. Units: seconds, MiB, counts."""
 
     timeout_s: float
@@ -57,8 +57,7 @@ class Limits:
     cpu_s: int  # RLIMIT_CPU soft limit; SIGXCPU at soft, SIGKILL at soft + 1
 
 
-@dataclass(frozen=True)
-class RunSpec:
+class RunSpec(NamedTuple):
     """One stateless run. fds passed alongside: payload_r, stdin_r, stdout_w, stderr_w[, fetch_w]."""
 
     limits: Limits
@@ -66,15 +65,13 @@ class RunSpec:
     max_fetch_bytes: int = 10 << 20
 
 
-@dataclass(frozen=True)
-class SessionSpec:
+class SessionSpec(NamedTuple):
     """A persistent interpreter. fds passed alongside: cell_r, stdout_w, stderr_w, done_w."""
 
     limits: Limits
 
 
-@dataclass
-class RunReport:
+class RunReport(NamedTuple):
     """How a run (or a session interpreter) ended, as seen by the zygote.
 
     return_code follows subprocess: >= 0 exit status, < 0 killed by that signal. `killed_reason` is set when the
@@ -106,7 +103,7 @@ def _from_plain(kind: str, values: tuple) -> RunSpec | RunReport:
     return RunReport(*values)
 
 
-def send(sock: socket.socket, kind: str, payload=None, fds: list[int] | tuple[int, ...] = ()) -> None:
+def send(sock: _socket.socket, kind: str, payload=None, fds: list[int] | tuple[int, ...] = ()) -> None:
     plain = _plain(kind, payload)
     if plain is not None:
         data = MARSHALLED + marshal.dumps((kind, plain))
@@ -114,13 +111,14 @@ def send(sock: socket.socket, kind: str, payload=None, fds: list[int] | tuple[in
         data = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)  # starts with PROTO (0x80)
     if len(data) > MAX_MESSAGE:
         raise ValueError(f"control message {kind!r} is {len(data)} bytes (max {MAX_MESSAGE})")
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
+    if fds:  # socket.send_fds, without the socket module
+        packed = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
+        sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, packed)])
     else:
         sock.sendall(data)
 
 
-def recv(sock: socket.socket) -> tuple[str, object, list[int]]:
+def recv(sock: _socket.socket) -> tuple[str, object, list[int]]:
     """Receive one message; raises EOFError when the peer closed the socket.
 
     A peer that closes while a message to it is still unread (e.g. a process exiting while its thread that would
@@ -133,13 +131,13 @@ def recv(sock: socket.socket) -> tuple[str, object, list[int]]:
         raise EOFError("control socket closed by peer (with a message it had not read)") from exc
     fds = []  # socket.recv_fds' parsing, without its array object
     for level, cmsg_type, blob in ancillary:
-        if level == socket.SOL_SOCKET and cmsg_type == socket.SCM_RIGHTS:
+        if level == _socket.SOL_SOCKET and cmsg_type == _socket.SCM_RIGHTS:
             fds += memoryview(blob)[:len(blob) - len(blob) % 4].cast("i").tolist()
     if not data:
         for fd in fds:
             _close_quietly(fd)
         raise EOFError("control socket closed by peer")
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+    if flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
         for fd in fds:
             _close_quietly(fd)
         raise ValueError("control message truncated")

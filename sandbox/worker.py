@@ -11,6 +11,7 @@ The zygote reports only how the run ended. If the zygote dies or stops answering
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import selectors
@@ -27,9 +28,21 @@ from sandbox.child import THREAD_VARS, encode_payload
 from sandbox.protocol import RunReport, RunSpec, ZygoteConfig, recv, send
 
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-# -I: no user site, no PYTHONPATH, no cwd on sys.path; the package is found through an explicit path instead.
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from sandbox.zygote import main; sys.exit(main(int(sys.argv[2])))"
+# -I: no user site, no PYTHONPATH, no cwd on sys.path. -S: no `site` either, whose .pth hooks (an editable
+# install's import finder with pathlib, ipaddress, urllib) are 1.3 MB every fork would copy page tables for; the
+# zygote gets the path `site` would have built (`interpreter_path`) and the package's parent before it.
+_BOOT = ("import sys; sys.path[:] = [sys.argv[1], *sys.argv[3:]]; from sandbox.zygote import main; "
+         "sys.exit(main(int(sys.argv[2])))")
 GRACE_S = 20.0  # beyond the run's own timeout: setup, fetch helper (≤ 10 s), cleanup
+
+
+@functools.cache
+def interpreter_path() -> tuple[str, ...]:
+    """sys.path of this interpreter started with -I (stdlib, site-packages and the directories their .pth files
+    add), asked of it once: what the zygote, started without `site`, must import from."""
+    out = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                         capture_output=True, text=True, check=True, cwd="/", env=zygote_environ())
+    return tuple(p for p in json.loads(out.stdout) if p)
 
 
 class WorkerFailure(RuntimeError):
@@ -225,7 +238,8 @@ class ZygoteProcess:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOT, _PACKAGE_PARENT, str(theirs.fileno())],
+                [sys.executable, "-I", "-S", "-c", _BOOT, _PACKAGE_PARENT, str(theirs.fileno()),
+                 *interpreter_path()],
                 pass_fds=[theirs.fileno()], env=zygote_environ(), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, start_new_session=True, cwd="/")
         finally:

@@ -23,14 +23,13 @@ not it read our last report): a normal end, printed nowhere.
 
 from __future__ import annotations
 
+import _socket
 import atexit
 import gc
 import importlib
 import os
 import select
-import shutil
 import signal
-import socket
 import sys
 import time
 
@@ -62,7 +61,7 @@ def importable_paths() -> list[str]:
 
 
 class Zygote:
-    def __init__(self, sock: socket.socket, config: ZygoteConfig):
+    def __init__(self, sock: _socket.socket, config: ZygoteConfig):
         self.sock = sock
         self.config = config
         self.active: set[str] = set()
@@ -150,6 +149,7 @@ class Zygote:
             _linux.set_child_subreaper()  # orphans come back to us, so nothing escapes the reap loop
 
     def preload(self) -> list[str]:
+        site_builtins()
         loaded = []
         if self.config.preload:  # the light preloads and sympy import `random`: first, with a cheaper hook
             import_random_with_c_reseed()
@@ -307,12 +307,12 @@ class Zygote:
         reason = self._wait(pid, start + spec.limits.timeout_s)
         wall = time.monotonic() - start
         rc = self._end_tree(pid)
-        report = RunReport(rc, wall, reason, setup_error=_setup_error(setup_r, rc, reason))
+        setup_error = _setup_error(setup_r, rc, reason)
         if fetch_w is not None:
-            if not report.setup_error and spec.fetch_files:
+            if not setup_error and spec.fetch_files:
                 self._fetch(spec, fetch_w)
             os.close(fetch_w)
-        report.cleanup_error = self._cleanup()
+        report = RunReport(rc, wall, reason, setup_error, cleanup_error=self._cleanup())
         try:
             send(self.sock, "exited", report)
         except OSError:
@@ -329,8 +329,8 @@ class Zygote:
             os.close(fd)
         reason = self._wait(pid, None)
         rc = self._end_tree(pid)
-        report = RunReport(rc, time.monotonic() - start, reason, setup_error=_setup_error(setup_r, rc, reason))
-        report.cleanup_error = self._cleanup()
+        report = RunReport(rc, time.monotonic() - start, reason, setup_error=_setup_error(setup_r, rc, reason),
+                           cleanup_error=self._cleanup())
         try:
             send(self.sock, "exited", report)
         except OSError:
@@ -413,6 +413,8 @@ class Zygote:
             os.rmdir(self.workdir)
         except OSError:
             if os.path.lexists(self.workdir):
+                import shutil  # only for a run that left more than its program (kept out of every fork till then)
+
                 shutil.rmtree(self.workdir, onerror=lambda f, p, e: problems.append(f"{p}: {e[1]}"))
             if os.path.lexists(self.workdir):
                 problems.append(f"{self.workdir} still exists")
@@ -443,6 +445,8 @@ class Zygote:
 def _remove(path: str, problems: list[str]) -> None:
     try:
         if os.path.isdir(path) and not os.path.islink(path):
+            import shutil  # as in Zygote._cleanup
+
             shutil.rmtree(path)
         else:
             os.unlink(path)
@@ -454,6 +458,16 @@ def _kept_names(directory: str, kept: list[str]) -> frozenset[str]:
     """The entries of `directory` that hold one of the `kept` paths (the first component below it)."""
     prefix = directory.rstrip("/") + "/"
     return frozenset(k[len(prefix):].split("/", 1)[0] for k in kept if k.startswith(prefix) and len(k) > len(prefix))
+
+
+def site_builtins() -> None:
+    """What `site` gives every interpreter and a zygote (started with -S) skips: exit() and quit() (which user
+    code calls), help(), copyright, credits and license. Importing `site` under -S runs none of its path work."""
+    import site
+
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
 
 
 def import_random_with_c_reseed() -> None:
@@ -498,7 +512,7 @@ def _setup_error(setup_r: int, rc: int, reason: str | None) -> str:
 
 
 def main(fd: int) -> int:
-    sock = socket.socket(fileno=fd)
+    sock = _socket.socket(fileno=fd)
     try:
         kind, config, _ = recv(sock)
     except EOFError:  # the server went away before sending the config: nothing to serve, nothing to report

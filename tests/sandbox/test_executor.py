@@ -177,3 +177,16 @@ def test_the_next_run_on_a_slot_starts_in_an_empty_workdir(leave):
         assert os.path.exists("/etc/passwd")  # the symlink was removed, not what it pointed to
     finally:
         pool.close()
+
+
+def test_a_light_run_forks_from_a_lean_interpreter_that_still_has_sites_builtins(local):
+    # what every light run would copy page tables for and tear down at exit, though few runs use it
+    lean = local.run("import sys\nprint(sorted(m for m in ('socket', 'dataclasses', 'inspect', 'shutil', 'base64', "
+                     "'traceback', 'pathlib', 'ipaddress') if m in sys.modules))")
+    assert lean.stdout == "[]\n", lean
+    # started without `site` (-S), yet exit()/quit()/help() behave as under `python main.py`
+    assert local.run("exit(3)").return_code == 3
+    assert local.run("quit()").return_code == 0
+    assert local.run("print(callable(help), str(copyright)[:9])").stdout == "True Copyright\n"
+    assert local.run("from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\nprint(P(2))").stdout == \
+        "P(x=2)\n"
