@@ -30,19 +30,23 @@ from sandbox.protocol import RunReport, RunSpec, ZygoteConfig, recv, send
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 # -I: no user site, no PYTHONPATH, no cwd on sys.path. -S: no `site` either, whose .pth hooks (an editable
 # install's import finder with pathlib, ipaddress, urllib) are 1.3 MB every fork would copy page tables for; the
-# zygote gets the path `site` would have built (`interpreter_path`) and the package's parent before it.
-_BOOT = ("import sys; sys.path[:] = [sys.argv[1], *sys.argv[3:]]; from sandbox.zygote import main; "
-         "sys.exit(main(int(sys.argv[2])))")
+# zygote gets what `site` would have set (`site_state`: the path, and a venv's prefix, which runs see and whose
+# files a private /tmp must keep visible), and the package's parent before the path.
+_BOOT = ("import sys; sys.prefix, sys.exec_prefix = sys.argv[3:5]; sys.path[:] = [sys.argv[1], *sys.argv[5:]]; "
+         "from sandbox.zygote import main; sys.exit(main(int(sys.argv[2])))")
 GRACE_S = 20.0  # beyond the run's own timeout: setup, fetch helper (≤ 10 s), cleanup
 
 
 @functools.cache
-def interpreter_path() -> tuple[str, ...]:
-    """sys.path of this interpreter started with -I (stdlib, site-packages and the directories their .pth files
-    add), asked of it once: what the zygote, started without `site`, must import from."""
-    out = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
-                         capture_output=True, text=True, check=True, cwd="/", env=zygote_environ())
-    return tuple(p for p in json.loads(out.stdout) if p)
+def site_state() -> tuple[str, ...]:
+    """(sys.prefix, sys.exec_prefix, *sys.path) of this interpreter started with -I, asked of it once: what
+    `site` sets (a venv's prefix; stdlib, site-packages and the directories their .pth files add) and a zygote,
+    started without it, takes from its command line."""
+    query = "import json, sys; print(json.dumps([sys.prefix, sys.exec_prefix, *sys.path]))"
+    out = subprocess.run([sys.executable, "-I", "-c", query], capture_output=True, text=True, check=True, cwd="/",
+                         env=zygote_environ())
+    prefix, exec_prefix, *path = json.loads(out.stdout)
+    return (prefix, exec_prefix, *(p for p in path if p))
 
 
 class WorkerFailure(RuntimeError):
@@ -238,8 +242,7 @@ class ZygoteProcess:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _BOOT, _PACKAGE_PARENT, str(theirs.fileno()),
-                 *interpreter_path()],
+                [sys.executable, "-I", "-S", "-c", _BOOT, _PACKAGE_PARENT, str(theirs.fileno()), *site_state()],
                 pass_fds=[theirs.fileno()], env=zygote_environ(), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, start_new_session=True, cwd="/")
         finally:

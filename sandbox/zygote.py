@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import _socket
 import atexit
-import gc
-import importlib
 import os
 import select
 import signal
@@ -35,6 +33,7 @@ import time
 
 from sandbox import _linux, child, seccomp_layer
 from sandbox.paths import AbsoluteMap
+from sandbox.preload import preload
 from sandbox.protocol import RunReport, RunSpec, SessionSpec, ZygoteConfig, recv, send
 
 TMP_DIRS = ("/tmp", "/dev/shm", "/var/tmp")
@@ -149,19 +148,7 @@ class Zygote:
             _linux.set_child_subreaper()  # orphans come back to us, so nothing escapes the reap loop
 
     def preload(self) -> list[str]:
-        site_builtins()
-        loaded = []
-        if self.config.preload:  # the light preloads and sympy import `random`: first, with a cheaper hook
-            import_random_with_c_reseed()
-        for name in self.config.preload:
-            try:
-                importlib.import_module(name)
-                loaded.append(name)
-            except Exception as exc:  # a missing optional module only costs speed
-                self.errors[f"preload.{name}"] = repr(exc)
-        gc.collect()
-        gc.freeze()  # keep preloaded objects out of GC passes, so forked children do not copy their pages
-        return loaded
+        return preload(self.config.preload, self.errors)
 
     def setup_seccomp(self) -> None:
         """Compile the syscall filter once; each child installs it as its last step before user code (or, with
@@ -458,43 +445,6 @@ def _kept_names(directory: str, kept: list[str]) -> frozenset[str]:
     """The entries of `directory` that hold one of the `kept` paths (the first component below it)."""
     prefix = directory.rstrip("/") + "/"
     return frozenset(k[len(prefix):].split("/", 1)[0] for k in kept if k.startswith(prefix) and len(k) > len(prefix))
-
-
-def site_builtins() -> None:
-    """What `site` gives every interpreter and a zygote (started with -S) skips: exit() and quit() (which user
-    code calls), help(), copyright, credits and license. Importing `site` under -S runs none of its path work."""
-    import site
-
-    site.setquit()
-    site.setcopyright()
-    site.sethelper()
-
-
-def import_random_with_c_reseed() -> None:
-    """Import `random` so that each forked run reseeds it in C rather than through random.py.
-
-    `random` registers its instance's Python-level `seed` as an at-fork hook; running it in every child touches
-    pages all over the zygote's heap (~50 copy-on-write faults a fork on a VM). The hook registered here is the C
-    method on the same instance: the same fresh urandom seed per child for ~17 faults (~113 -> ~80 a fork).
-    (random.py's `seed` also resets `gauss_next`; the zygote never calls `gauss`, so children inherit None.)
-    A `random` imported before this keeps its own hook.
-    """
-    if "random" in sys.modules:
-        return
-    import _random
-    import functools
-
-    hooks: list[dict] = []
-    register = os.register_at_fork
-    os.register_at_fork = lambda **kwargs: hooks.append(kwargs)
-    try:
-        import random
-    finally:
-        os.register_at_fork = register
-    for kwargs in hooks:
-        if kwargs == {"after_in_child": random._inst.seed}:
-            kwargs = {"after_in_child": functools.partial(_random.Random.seed, random._inst)}
-        register(**kwargs)
 
 
 def _setup_error(setup_r: int, rc: int, reason: str | None) -> str:
