@@ -8,6 +8,8 @@ turn "spikes" and "collapse" into numbers a report can table, each with the step
   the run's own median of it; the same rule on the update KL (`diag/policy_kl_k3`) gives *update-KL spikes*;
 - a *grad-norm spike* is a step whose pre-clip gradient norm (`actor/grad_norm`, what `clip_grad_norm_` returns)
   exceeds `GRAD_SPIKE_FACTOR` (5) times the run's median;
+- an *envelope excursion* is a step whose last-mini-batch loss ratio leaves [1/`ENVELOPE_BAND`, `ENVELOPE_BAND`]
+  ([0.5, 2]) at its envelope: P2 below 0.5 or P98 above 2, Figure 1's "blow-up" as a count;
 - a *collapse* is a held-out evaluation (`eval/success`) more than `COLLAPSE_DROP` (20 points) below the run's
   best so far (the best of that evaluation and the ones before it). Best so far, not the best of the whole run: an
   early evaluation before the run learned is not a collapse; at the last evaluation the two are the same.
@@ -31,6 +33,8 @@ KL_SPIKE_FACTOR = 10.0
 GRAD_SPIKE_FACTOR = 5.0
 COLLAPSE_DROP = 0.20
 """Held-out success is a fraction, so 20 points is 0.20."""
+ENVELOPE_BAND = 2.0
+"""A loss ratio off by 2× either way at P2 or P98: for the lag-2 demo's first steps the envelope is ~[0.74, 1.14]."""
 _TOLERANCE = 1e-9  # 0.9 − 0.7 is 0.20000000000000007 in floats: exactly 20 points is not "more than 20"
 
 SERIES = {
@@ -89,6 +93,16 @@ def spikes(series: Series, factor: float) -> Events:
     return _events([step for step, v in series if v > threshold])
 
 
+def excursions(low: Series, high: Series, band: float = ENVELOPE_BAND) -> Events:
+    """Steps where the envelope's lower edge `low` (P2) is below 1/`band` or its upper edge `high` (P98) above it."""
+    return _events(sorted({step for step, v in low if v < 1 / band} | {step for step, v in high if v > band}))
+
+
+def _extreme(series: Series, pick) -> tuple[int, float] | None:
+    """(step, value) of the series' `pick` (min or max) value, the earliest step on a tie; None for no series."""
+    return pick(series, key=lambda sv: sv[1], default=None)
+
+
 def collapses(success: Series, drop: float = COLLAPSE_DROP) -> Events:
     """Evaluations more than `drop` below the best success of that evaluation and the ones before it."""
     best, found = -math.inf, []
@@ -103,6 +117,7 @@ def collapses(success: Series, drop: float = COLLAPSE_DROP) -> Events:
 class RunCounts:
     """One run's counts (module docstring) and the levels they are relative to."""
 
+    envelope_excursions: Events
     kl_spikes: Events
     update_kl_spikes: Events
     grad_norm_spikes: Events
@@ -113,11 +128,17 @@ class RunCounts:
     """(step, value) of the run's largest update KL: its scale, where the median of a quantity that is ~0 on
     every step without a reward difference in its groups makes "10× the median" a low bar."""
     median_grad_norm: float | None
+    max_kl: tuple[int, float] | None
+    """(step, value) of the largest rollout→trainer KL: a spike's size, which a count against the median hides."""
+    min_loss_ratio_p2: tuple[int, float] | None
+    max_loss_ratio_p98: tuple[int, float] | None
+    min_r_byp_p2: tuple[int, float] | None
+    """The envelopes' extremes over the horizon, (step, value): how far an excursion went."""
     best_success: float | None
     final_success: float | None
 
 
-EVENT_KINDS = ("kl_spikes", "update_kl_spikes", "grad_norm_spikes", "collapse")
+EVENT_KINDS = ("envelope_excursions", "kl_spikes", "update_kl_spikes", "grad_norm_spikes", "collapse")
 
 
 def _median(series: Series) -> float | None:
@@ -128,10 +149,15 @@ def run_counts(records: Sequence[Mapping[str, Any]]) -> RunCounts:
     """The counts of one run from its metrics records (metrics.jsonl, one per step)."""
     kl, grad = step_series(records, SERIES["kl"]), step_series(records, SERIES["grad_norm"])
     update_kl, success = step_series(records, SERIES["update_kl"]), step_series(records, SERIES["success"])
-    return RunCounts(kl_spikes=spikes(kl, KL_SPIKE_FACTOR), update_kl_spikes=spikes(update_kl, KL_SPIKE_FACTOR),
+    low, high = step_series(records, SERIES["loss_ratio_p2"]), step_series(records, SERIES["loss_ratio_p98"])
+    return RunCounts(envelope_excursions=excursions(low, high), kl_spikes=spikes(kl, KL_SPIKE_FACTOR),
+                     update_kl_spikes=spikes(update_kl, KL_SPIKE_FACTOR),
                      grad_norm_spikes=spikes(grad, GRAD_SPIKE_FACTOR), collapse=collapses(success),
                      median_kl=_median(kl), median_update_kl=_median(update_kl),
-                     max_update_kl=max(update_kl, key=lambda sv: sv[1], default=None), median_grad_norm=_median(grad),
+                     max_update_kl=_extreme(update_kl, max), median_grad_norm=_median(grad),
+                     max_kl=_extreme(kl, max), min_loss_ratio_p2=_extreme(low, min),
+                     max_loss_ratio_p98=_extreme(high, max),
+                     min_r_byp_p2=_extreme(step_series(records, SERIES["r_byp_p2"]), min),
                      best_success=max((v for _, v in success), default=None),
                      final_success=success[-1][1] if success else None)
 

@@ -3,7 +3,8 @@ held-out success at every evaluation.
 
 Every run (cell) is drawn, not only each arm's first seed: a spike is an event of one run, and a mean over seeds
 would smear it. One colour per arm, one line style per seed; the steps `evaluation/long_horizon.py` counts as
-spikes or collapses are marked ×. Keys: `evaluation.long_horizon.SERIES`.
+spikes, envelope excursions (the dotted lines are the [0.5, 2] band) or collapses are marked ×. Keys:
+`evaluation.long_horizon.SERIES`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from evaluation.long_horizon import SERIES, Events, HorizonRun, step_series  # noqa: E402
+from evaluation.long_horizon import ENVELOPE_BAND, SERIES, Events, HorizonRun, step_series  # noqa: E402
 from evaluation.reports.run_figures import Figure, png, run_color
 
 ENVELOPE_FIGURE = "Figure 1 over the horizon: loss-ratio and r_byp P2-P98 envelopes per arm (last mini-batch)"
@@ -83,7 +84,14 @@ def envelope_figure(runs: Sequence[HorizonRun]) -> Figure:
                 for band in (lo, hi):
                     ax.plot(steps, [band[s] for s in steps], lw=0.8, label=f"seed {run.seed}" if band is lo
                             else None, **style)
+                if name == "loss_ratio":  # the counted excursions, at the edge that left the band
+                    out = [s for s in run.counts.envelope_excursions.steps if s in steps]
+                    ax.plot(out, [lo[s] if lo[s] < 1 / ENVELOPE_BAND else hi[s] for s in out], "x", ms=7, mew=1.5,
+                            color=style["color"])
             ax.axhline(1.0, color="grey", lw=0.8)
+            if name == "loss_ratio":
+                for edge in (1 / ENVELOPE_BAND, ENVELOPE_BAND):
+                    ax.axhline(edge, color="grey", lw=0.6, ls=":")
             ax.set_yscale("log")
             _finish(ax, f"{arm}: {'loss ratio' if name == 'loss_ratio' else 'r_byp = π_θ/μ'}", "ratio P2-P98")
     fig.suptitle(ENVELOPE_FIGURE, fontsize=10)

@@ -14,6 +14,7 @@ from typing import Any
 
 from evaluation.long_horizon import (
     COLLAPSE_DROP,
+    ENVELOPE_BAND,
     EVENT_KINDS,
     GRAD_SPIKE_FACTOR,
     KL_SPIKE_FACTOR,
@@ -24,13 +25,16 @@ from evaluation.long_horizon import (
 )
 from evaluation.reports.experiment_stats import read_jsonl
 
-EVENT_NAMES = {"kl_spikes": "KL spikes", "update_kl_spikes": "update-KL spikes",
+EVENT_NAMES = {"envelope_excursions": "envelope excursions", "kl_spikes": "KL spikes", "update_kl_spikes": "update-KL spikes",
                "grad_norm_spikes": "grad-norm spikes", "collapse": "collapses"}
 
 
 def definitions() -> list[str]:
     """The count definitions, in the words the report prints above its tables."""
-    return [f"KL spike: a step whose rollout→trainer KL (`{SERIES['kl']}`) exceeds {KL_SPIKE_FACTOR:g}× the run's "
+    return [f"Envelope excursion: a step whose last-mini-batch loss ratio has P2 below {1 / ENVELOPE_BAND:g} or P98 "
+            f"above {ENVELOPE_BAND:g} (`{SERIES['loss_ratio_p2']}`, `{SERIES['loss_ratio_p98']}`): the envelope "
+            "blowing up of the ALP paper's Figure 1, counted.",
+            f"KL spike: a step whose rollout→trainer KL (`{SERIES['kl']}`) exceeds {KL_SPIKE_FACTOR:g}× the run's "
             f"median of it; update-KL spike: the same on `{SERIES['update_kl']}` (KL(π_θold ‖ π_θ) after the "
             "update; ~0 on steps whose groups had no reward difference, so its median is low and the count is high: "
             "read it with the run's median and largest update KL).",
@@ -58,8 +62,8 @@ def _f(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
-def _max(step_value: Sequence | None) -> str:
-    return "–" if step_value is None else f"{step_value[1]:.2e} ({step_value[0]})"
+def _at(step_value: Sequence | None, fmt: str = ".2e") -> str:
+    return "–" if step_value is None else f"{format(step_value[1], fmt)} ({step_value[0]})"
 
 
 def _first(step: int | None) -> str:
@@ -69,6 +73,8 @@ def _first(step: int | None) -> str:
 ARM_HEADER = ["arm", *(h for kind in EVENT_KINDS for h in (f"{EVENT_NAMES[kind]} (runs with)", "first"))]
 RUN_HEADER = ["cell", *(h for kind in EVENT_KINDS for h in (EVENT_NAMES[kind], "first")), "median KL",
               "median update KL", "max update KL (step)", "median grad norm", "best success", "final success"]
+EXTREMES_HEADER = ["cell", "loss ratio P2 min (step)", "loss ratio P98 max (step)", "r_byp P2 min (step)",
+                   "KL max (step)", "median KL"]
 
 
 def arm_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -80,9 +86,14 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
 
 def run_rows(data: dict[str, Any]) -> list[list[str]]:
     return [[r["cell"], *(v for kind in EVENT_KINDS for v in (str(r[kind]["count"]), _first(r[kind]["first_step"]))),
-             _f(r["median_kl"], ".2e"), _f(r["median_update_kl"], ".2e"), _max(r["max_update_kl"]),
+             _f(r["median_kl"], ".2e"), _f(r["median_update_kl"], ".2e"), _at(r["max_update_kl"]),
              _f(r["median_grad_norm"], ".3g"), _f(r["best_success"], ".3f"),
              _f(r["final_success"], ".3f")] for r in data["runs"]]
+
+
+def extremes_rows(data: dict[str, Any]) -> list[list[str]]:
+    return [[r["cell"], _at(r["min_loss_ratio_p2"], ".3g"), _at(r["max_loss_ratio_p98"], ".3g"),
+             _at(r["min_r_byp_p2"], ".3g"), _at(r["max_kl"]), _f(r["median_kl"], ".2e")] for r in data["runs"]]
 
 
 TITLE = "Over the whole horizon: spikes and collapses"
@@ -91,4 +102,6 @@ TITLE = "Over the whole horizon: spikes and collapses"
 def horizon_tables(horizon: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(caption, header, rows) of the section's tables, per arm then per run, for report.md and report.html."""
     return [("Per arm, over its seeds: total (runs with at least one / runs), earliest first step.", ARM_HEADER,
-             arm_rows(horizon)), ("Per run:", RUN_HEADER, run_rows(horizon))]
+             arm_rows(horizon)), ("Per run:", RUN_HEADER, run_rows(horizon)),
+            ("Per run, how far the envelopes and the KL went (the step where they did):", EXTREMES_HEADER,
+             extremes_rows(horizon))]

@@ -8,11 +8,13 @@ import pytest
 
 from evaluation.long_horizon import (
     COLLAPSE_DROP,
+    ENVELOPE_BAND,
     GRAD_SPIKE_FACTOR,
     KL_SPIKE_FACTOR,
     SERIES,
     Events,
     collapses,
+    excursions,
     pooled_counts,
     run_counts,
     spikes,
@@ -64,6 +66,15 @@ def test_exactly_20_points_below_is_no_collapse():
     assert collapses([(2, 0.9), (4, 0.69)]) == Events(1, 4, (4,))
 
 
+def test_an_envelope_excursion_is_p2_below_half_or_p98_above_two():
+    assert ENVELOPE_BAND == 2.0
+    low = [(1, 0.74), (2, 0.5), (3, 0.49), (4, 0.9), (5, 1e-6)]
+    high = [(1, 1.14), (2, 2.0), (3, 1.2), (4, 2.01), (5, 3.0)]
+    # exactly at the band's edge (0.5, 2.0) is inside; a step out on both edges counts once
+    assert excursions(low, high) == Events(3, 3, (3, 4, 5))
+    assert excursions([], []) == Events(0, None, ())
+
+
 def test_step_series_keeps_finite_numbers_one_per_step_in_order():
     records = [{"step": 2, "k": 3.0}, {"step": 1, "k": 1.0}, {"step": 3, "k": None}, {"step": 4, "k": math.nan},
                {"step": 5}, {"step": 6, "k": True}, {"step": 2, "k": 4.0}]
@@ -100,11 +111,24 @@ def test_the_update_kl_has_its_median_and_its_largest_step():
     assert counts.update_kl_spikes == Events(1, 4, (4,))  # 0.4 > 10 × 2e-3; 3e-3 is not
 
 
+def test_the_envelopes_and_the_kl_have_their_extremes_with_their_steps():
+    records = _records([1e-3, 0.3, 1e-3, 0.3], [0.5] * 4)
+    for record, (p2, p98, byp) in zip(records, [(0.8, 1.1, 0.7), (0.4, 1.3, 1e-6), (0.4, 2.5, 0.9), (0.9, 1.0, 0.8)],
+                                      strict=True):
+        record |= {SERIES["loss_ratio_p2"]: p2, SERIES["loss_ratio_p98"]: p98, SERIES["r_byp_p2"]: byp}
+    counts = run_counts(records)
+    assert counts.envelope_excursions == Events(2, 2, (2, 3))
+    assert counts.min_loss_ratio_p2 == (2, 0.4)  # the earliest of a tie
+    assert counts.max_loss_ratio_p98 == (3, 2.5) and counts.min_r_byp_p2 == (2, 1e-6)
+    assert counts.max_kl == (2, 0.3)
+
+
 def test_a_run_without_the_keys_counts_nothing():
     counts = run_counts([{"step": 1, "rollout/reward": 0.5}])
     assert counts.kl_spikes == counts.collapse == Events(0, None, ())
     assert counts.median_kl is counts.best_success is counts.final_success is None
     assert counts.median_update_kl is counts.max_update_kl is None
+    assert counts.envelope_excursions == Events(0, None, ()) and counts.max_kl is counts.min_loss_ratio_p2 is None
 
 
 def test_pooled_counts_total_runs_with_and_earliest_first_step():

@@ -17,7 +17,8 @@ from evaluation.reports.long_horizon_figures import (
 STEPS = 12
 
 
-def _metrics(seed: int, kl_spike: int | None, grad_spike: int | None, success: dict[int, float]) -> list[dict]:
+def _metrics(seed: int, kl_spike: int | None, grad_spike: int | None, success: dict[int, float],
+             blow_up: int | None = None) -> list[dict]:
     records = []
     for step in range(1, STEPS + 1):
         w = 0.05 * (1 + step / STEPS)
@@ -26,6 +27,8 @@ def _metrics(seed: int, kl_spike: int | None, grad_spike: int | None, success: d
                "diag/entropy": 0.3 - 0.01 * step, "rollout/reward": 0.5}
         rec |= {f"diag/ratio_{kind}_last/{q}": 1 + sign * w for kind in ("loss", "byp")
                 for q, sign in (("p2", -1), ("p98", 1))}
+        if step == blow_up:
+            rec["diag/ratio_loss_last/p2"] = 1e-3
         if step in success:
             rec["eval/success"] = success[step]
         records.append(rec)
@@ -49,7 +52,7 @@ def _experiment(tmp_path: Path, horizon_report: bool) -> Path:
     out = tmp_path / "long"
     out.mkdir()
     steady = {4: 0.5, 8: 0.55, 12: 0.6}
-    cells = [_cell(out, "grpo", 0, _metrics(0, None, None, steady)),
+    cells = [_cell(out, "grpo", 0, _metrics(0, None, None, steady, blow_up=9)),
              _cell(out, "grpo", 1, _metrics(1, None, None, steady)),
              _cell(out, "token_mis", 0, _metrics(0, 7, 3, {4: 0.6, 8: 0.3, 12: 0.35})),  # collapsed at 8 and 12
              _cell(out, "token_mis", 1, _metrics(1, 5, None, steady))]
@@ -70,6 +73,9 @@ def test_the_long_report_counts_spikes_and_collapses_per_run_and_per_arm(tmp_pat
     assert (mis0["kl_spikes"]["count"], mis0["kl_spikes"]["first_step"]) == (1, 7)
     assert (mis0["grad_norm_spikes"]["count"], mis0["grad_norm_spikes"]["first_step"]) == (1, 3)
     assert mis0["collapse"]["steps"] == [8, 12] and mis0["best_success"] == 0.6 and mis0["final_success"] == 0.35
+    assert runs["grpo__lag2__seed0"]["envelope_excursions"]["steps"] == [9]
+    assert runs["grpo__lag2__seed0"]["min_loss_ratio_p2"] == [9, 1e-3]
+    assert mis0["envelope_excursions"]["count"] == 0 and mis0["max_kl"] == [7, 0.03]
     assert all(runs[f"grpo__lag2__seed{s}"][k]["count"] == 0 for s in (0, 1)
                for k in ("kl_spikes", "grad_norm_spikes", "collapse"))
     mis = horizon["arms"]["token_mis/lag2"]
@@ -78,7 +84,9 @@ def test_the_long_report_counts_spikes_and_collapses_per_run_and_per_arm(tmp_pat
     assert horizon["keys"]["kl"] == "rollout_corr/k3_kl"
     md = (out / "report.md").read_text()
     assert "## Over the whole horizon: spikes and collapses" in md and "more than 20 points below" in md
-    assert "| token_mis/lag2 | 2 (2/2) | 5 |" in md and "| grpo/lag2 | 0 (0/2) | never |" in md
+    assert "| token_mis/lag2 | 0 (0/2) | never | 2 (2/2) | 5 |" in md
+    assert "| grpo/lag2 | 1 (1/2) | 9 | 0 (0/2) | never |" in md
+    assert "| grpo__lag2__seed0 | 0.001 (9) |" in md  # the envelope's extreme and its step
     page = (out / "report.html").read_text()
     for title in (ENVELOPE_FIGURE, KL_FIGURE, DYNAMICS_FIGURE, SUCCESS_FIGURE):
         assert f"<img alt='{title}'" in page
