@@ -25,8 +25,8 @@ from evaluation.long_horizon import (
 )
 from evaluation.reports.experiment_stats import read_jsonl
 
-EVENT_NAMES = {"envelope_excursions": "envelope excursions", "kl_spikes": "KL spikes", "update_kl_spikes": "update-KL spikes",
-               "grad_norm_spikes": "grad-norm spikes", "collapse": "collapses"}
+EVENT_NAMES = {"envelope_excursions": "envelope excursions", "kl_spikes": "KL spikes",
+               "update_kl_spikes": "update-KL spikes", "grad_norm_spikes": "grad-norm spikes", "collapse": "collapses"}
 
 
 def definitions() -> list[str]:
@@ -100,7 +100,8 @@ TITLE = "Over the whole horizon: spikes and collapses"
 
 
 def horizon_tables(horizon: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(caption, header, rows) of the section's tables, per arm then per run, for report.md and report.html."""
+    """(caption, header, rows) of the section's tables, for report.md and report.html: the counts per arm, then
+    per run, then each run's envelope and KL extremes."""
     return [("Per arm, over its seeds: total (runs with at least one / runs), earliest first step.", ARM_HEADER,
              arm_rows(horizon)), ("Per run:", RUN_HEADER, run_rows(horizon)),
             ("Per run, how far the envelopes and the KL went (the step where they did):", EXTREMES_HEADER,
