@@ -16,7 +16,9 @@ user's key=value overrides ← the setting's overrides ← the cell's seed, step
 sits above the recipe, unlike `alprl train`'s defaults ← preset ← recipe (trainer/config/train_config.py `build_config`): a
 suite compares methods as their presets define them, so a recipe's algo keys (the household recipe's loss_agg)
 must not reach its cells (app/experiment_run.py `cell_config`). A user override of a key that a setting varies
-is refused (the cell names would lie). Running, resuming and the report are in app/experiment_run.py and evaluation/reports/experiment_report.py.
+is refused (the cell names would lie). The suites themselves (settings, comparisons, the primary family) are in
+app/suites.py; running, resuming and the report are in app/experiment_run.py and
+evaluation/reports/experiment_report.py.
 """
 
 from __future__ import annotations
@@ -135,6 +137,10 @@ class Suite:
     horizon_report: bool = False
     """Add the per-step counts (spikes, collapse) and the over-the-horizon figures to the report
     (evaluation/long_horizon.py)."""
+    primary: Callable[[str, str], bool] | None = None
+    """Which (arm, against) comparisons test the papers' claim: the primary family, declared with the suite before
+    its cells run, over which the report's Holm correction runs; the rest are printed as exploratory. None: every
+    comparison is primary."""
 
 
 def suite_scale(suite: Suite, scale: Scale) -> Scale:
@@ -145,231 +151,6 @@ def suite_scale(suite: Suite, scale: Scale) -> Scale:
     kept = tuple(o for o in scale.overrides if not o.startswith("eval_every="))
     return replace(scale, overrides=(*kept, f"eval_every={horizon.eval_every}"), steps=horizon.steps,
                    seeds=horizon.seeds or scale.seeds)
-
-
-def thirds(num_layers: int) -> dict[str, str]:
-    """Early / middle / late decoder-layer ranges (inclusive, `perturb.layers` syntax) of a model."""
-    if num_layers < 3:
-        raise ConfigError(f"the layers suite needs a model with at least 3 decoder layers, this one has {num_layers}")
-    a, b = round(num_layers / 3), round(2 * num_layers / 3)
-    span = {"early": (0, a - 1), "middle": (a, b - 1), "late": (b, num_layers - 1)}
-    return {name: f"{lo}-{hi}" if hi > lo else str(lo) for name, (lo, hi) in span.items()}
-
-
-ALP_FP16_SETTING = "lag2_fp16"
-ALP_FP16_METHODS = ("grpo",)
-"""FP16 training (arXiv 2510.26788): sampler and trainer both in fp16 and no correction, the paper's alternative to
-correcting a bf16 mismatch; run for GRPO only (CPU fp16 is emulated: its updates cost 6-9x fp32's)."""
-ALP_CLAIM_PAIRS = tuple((alp, other) for alp in ("token_alp", "seq_alp")
-                        for other in ("seq_bypass", "token_mis", "seq_mis", "dppo_tv"))
-
-
-def _alp_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    # The regime bench/mismatch_sweep.py picked on the demo recipe (docs/experiments.md "Choosing the regime"):
-    # rollouts two updates old, where GRPO's r_mis reaches P2 0.84 and a min of 4e-4; bf16 alone (KL 5e-5) and
-    # int8 weights (7e-5) leave the methods nothing to differ on. The fp16 arm keeps the lag: fp16 removes the
-    # precision share of the mismatch, not the lag's.
-    lag2 = ("rollout.policy_lag=2",)
-    return [Setting("lag2", lag2),
-            Setting(ALP_FP16_SETTING, (*lag2, "rollout.dtype=float16", "distributed.mixed_precision=fp16"),
-                    methods=ALP_FP16_METHODS)]
-
-
-def alp_comparisons(arms: list[str]) -> list[tuple[str, str]]:
-    """Every method against GRPO under lag 2; each ALP arm against the other corrections (ALP Tables 1, 3); GRPO in
-    fp16 against GRPO in bf16 and against the corrections in bf16 (the FP16 paper's claim: precision, not a
-    correction)."""
-    pairs = [(arm, "grpo/lag2") for arm in arms if arm.endswith("/lag2") and arm != "grpo/lag2"]
-    pairs += [(f"{alp}/lag2", f"{other}/lag2") for alp, other in ALP_CLAIM_PAIRS]
-    pairs += [(f"{m}/{ALP_FP16_SETTING}", f"{other}/lag2") for m in ALP_FP16_METHODS
-              for other in ("grpo", "token_mis", "seq_bypass", "token_alp")]
-    return pairs
-
-
-def _layer_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    ranges = thirds(num_layers)
-    return [Setting("layers_all", ("perturb.layers=all", "perturb.logits_only=false")),
-            *(Setting(f"layers_{name}", (f"perturb.layers={span}", "perturb.logits_only=false"))
-              for name, span in ranges.items()),
-            Setting("logits_only", ("perturb.logits_only=true",))]
-
-
-LAG2 = "rollout.policy_lag=2"  # the alp suite's regime (_alp_settings)
-# relative 0.1 and 0.2 past the issue's grid: on the demo, |Δp| P99 ≈ 0.6·σ0 reaches the lag-2 sampler's own
-# |π_old − μ| P99 (~0.10) only near σ0 0.15 (docs/experiments.md "sensitivity")
-SENSITIVITY_SIGMAS = {"relative": (1e-6, 1e-4, 1e-3, 1e-2, 2e-2, 5e-2, 1e-1, 2e-1), "absolute": (1e-6, 1e-3, 1e-2)}
-SENSITIVITY_LRS = (5e-4, 1e-2)  # the TIR recipe's η_σ and the single-turn one
-
-
-def noise_overrides(mode: str, sigma: float, lr: float = 5e-4) -> tuple[str, ...]:
-    """ALP's perturbation on every decoder layer with σ0 `sigma` in `mode` (absolute | relative), η_σ `lr`."""
-    return ("perturb.enabled=true", "perturb.layers=all", "perturb.logits_only=false", f"perturb.sigma_mode={mode}",
-            f"perturb.sigma_init={sigma:g}", f"perturb.lr={lr:g}")
-
-
-def sigma_setting_name(mode: str, sigma: float, lr: float | None = None) -> str:
-    """abs1e-06 / rel0.01, with `_lr0.0005` when the σ learning rate varies too."""
-    return f"{mode[:3]}{sigma:g}" + (f"_lr{lr:g}" if lr is not None else "")
-
-
-def _sensitivity_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    # ALP Figure 9 under the alp suite's lag-2 sampler, σ0 in both modes: an absolute σ0 means a different share
-    # of the hidden state on each model, a relative one the same share
-    return [Setting(sigma_setting_name(mode, s, lr), (LAG2, *noise_overrides(mode, s, lr)))
-            for mode, sigmas in SENSITIVITY_SIGMAS.items() for s in sigmas for lr in SENSITIVITY_LRS]
-
-
-ABLATION_CLIPS = {"clip0.2-0.28": (0.2, 0.28), "clip0.5-3": (0.5, 3.0)}  # the Bypass presets' band, ALP's band
-ABLATION_RELATIVE_SIGMA = 1e-1
-"""The relative σ0 of the ablation's third noise level: where the sensitivity suite sees the perturbation start to
-act on the demo (seed 0: absolute 1e-2, a relative 0.089 there, is the first σ0 whose loss-ratio envelope separates
-from the preset's, P2 0.73 against 0.78, with |Δp| P99 0.07 against the sampler's own 0.11; relative 5e-2 moves
-only the entropy and P98; docs/experiments.md "sensitivity")."""
-
-
-def ablation_noises() -> dict[str, tuple[str, ...]]:
-    return {"off": ("perturb.enabled=false",), sigma_setting_name("absolute", 1e-6): noise_overrides("absolute", 1e-6),
-            sigma_setting_name("relative", ABLATION_RELATIVE_SIGMA):
-                noise_overrides("relative", ABLATION_RELATIVE_SIGMA)}
-
-
-def _ablation_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    # loss level (the method: token_bypass / seq_bypass) × clip band × perturbation, all under lag 2;
-    # token_bypass/clip0.5-3_abs1e-06 is token_alp, seq_bypass/clip0.5-3_abs1e-06 seq_alp, seq_bypass/clip0.5-3_off
-    # seq_bypass: the same runs as the alp suite's cells of those presets
-    return [Setting(f"{clip}_{noise}", (LAG2, f"algo.clip_low={lo:g}", f"algo.clip_high={hi:g}", *overrides))
-            for clip, (lo, hi) in ABLATION_CLIPS.items() for noise, overrides in ablation_noises().items()]
-
-
-def ablation_comparisons(arms: list[str]) -> list[tuple[str, str]]:
-    """(a) each noise level against no noise at the same loss and clip; (b) the wide clip against the narrow one
-    at the same loss and noise; Token-ALP against Token-Bypass (both factors at once); token against seq."""
-    noises, (narrow, wide) = list(ablation_noises()), list(ABLATION_CLIPS)
-    pairs = []
-    for method in ("token_bypass", "seq_bypass"):
-        pairs += [(f"{method}/{clip}_{n}", f"{method}/{clip}_off") for clip in (narrow, wide) for n in noises[1:]]
-        pairs += [(f"{method}/{wide}_{n}", f"{method}/{narrow}_{n}") for n in noises]
-    pairs.append((f"token_bypass/{wide}_{noises[1]}", f"token_bypass/{narrow}_off"))
-    pairs += [(f"token_bypass/{clip}_{n}", f"seq_bypass/{clip}_{n}") for clip in (narrow, wide) for n in noises]
-    return pairs
-
-
-def _plain_setting(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    return [Setting("recipe")]
-
-
-def _staleness_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    lags = [Setting(f"lag{k}", (f"rollout.policy_lag={k}", f"optim.lr={cfg.optim.lr:g}")) for k in (0, 1, 2)]
-    return [*lags, Setting("lag0_lr3x", ("rollout.policy_lag=0", f"optim.lr={3 * cfg.optim.lr:g}"))]
-
-
-def _mismatch_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    # int3 too: on the demo only int3 (of the quantizers) gives r_mis a heavy tail (docs/experiments.md)
-    return [Setting(f"quant_{q or 'none'}", (f"rollout.sampler_quant={q}",)) for q in ("", "int8", "int4", "int3")]
-
-
-LONG_METHODS = ("grpo", "seq_bypass", "token_mis", "seq_alp", "token_alp")
-LONG_HORIZONS = {"smoke": Horizon(steps=4, eval_every=2), "default": Horizon(200, 25, seeds=(0, 1)),
-                 "full": Horizon(200, 25, seeds=(0, 1))}
-"""The long suite's length: 200 steps with held-out success every 25 at default scale (ALP Figures 1, 3, 4 span
-hundreds of steps); at smoke scale 4 steps with evaluation every 2, so the periodic path and the counts run."""
-LONG_DIAGNOSTICS = "diagnostics.every=1"
-"""The clean entropy, the update KL and an ALP arm's last-mini-batch r_byp every step instead of every 10th: the
-report counts spikes step by step. Under ALP a diagnostics step costs 1.075× a train step (docs/architecture.md,
-bench/diagnostics_overhead.py), a few percent of a step with its rollout."""
-LONG_PERTURBATION: tuple[str, tuple[str, ...]] | None = None
-"""The sixth arm, once the sensitivity and ablation suites have picked ALP's best perturbation: (method, overrides),
-e.g. `("token_alp", noise_overrides("relative", 0.1))`; it runs under the same lag-2 sampler as setting
-`lag2_tuned`, that method only. None: the five presets alone."""
-
-
-def _long_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
-    # lag 4: the heaviest mismatch of the demo's dials (KL 0.019, r_mis P2 0.70; docs/experiments.md), the
-    # setting most likely to break GRPO and Bypass if lag 2 separates nothing; run it with --settings lag4
-    settings = [Setting("lag2", (LAG2, LONG_DIAGNOSTICS)),
-                Setting("lag4", ("rollout.policy_lag=4", LONG_DIAGNOSTICS), named_only=True)]
-    if LONG_PERTURBATION is not None:
-        method, overrides = LONG_PERTURBATION
-        settings.append(Setting("lag2_tuned", (LAG2, LONG_DIAGNOSTICS, *overrides), methods=(method,)))
-    return settings
-
-
-def long_comparisons(arms: list[str]) -> list[tuple[str, str]]:
-    """Under each arm's own sampler setting: every arm against GRPO; each ALP arm (the tuned one too) against
-    Seq-Bypass and Token-MIS, the claim of ALP Figures 1, 3, 4; the tuned arm against its own preset."""
-    def lag(arm: str) -> str:  # the tuned arm runs under lag 2
-        setting = arm.split("/")[1]
-        return "lag2" if setting == "lag2_tuned" else setting
-
-    pairs = [(arm, f"grpo/{lag(arm)}") for arm in arms if arm != f"grpo/{lag(arm)}"]
-    alp = [arm for arm in arms if arm.split("/")[0] in ("token_alp", "seq_alp")]
-    pairs += [(arm, f"{other}/{lag(arm)}") for arm in alp for other in ("seq_bypass", "token_mis")]
-    pairs += [(arm, f"{arm.split('/')[0]}/lag2") for arm in arms if arm.endswith("/lag2_tuned")]
-    return pairs
-
-
-SUITES = {s.name: s for s in (
-    Suite("alp", "GRPO, Seq-Bypass, Seq/Token-MIS and Token/Seq-ALP under one dialled mismatch (ALP Tables 1/3, "
-          "Figures 1-5, 10), with DPPO-TV as 2026's most shipped correction beside them",
-          ("grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp", "dppo_tv"),
-          _alp_settings, pair_arms=alp_comparisons,
-          cost="24 cells (7 methods × lag2 and GRPO × lag2_fp16, × 3 seeds); 18 of them (without dppo_tv and "
-               "fp16) took 43.2 min, 2.4 min a cell (2026-12-01, beside other work); an fp16 cell's updates cost "
-               "6-9× fp32's on a CPU without fp16 arithmetic",
-          claim="under training-inference mismatch Token/Seq-ALP reach a "
-          "higher held-out avg@k than GRPO, Seq-Bypass, Token-MIS and Seq-MIS; FP16 training: GRPO with sampler and "
-          "trainer in fp16 matches the corrections in bf16"),
-    Suite("layers", "Seq-ALP on all / early / middle / late decoder layers and on the logits only (ALP Table 4, "
-          "Figure 6)", ("seq_alp",), _layer_settings, baseline_setting="layers_all",
-          cost="15 cells (5 settings × 3 seeds): 2.5-5 min a cell (33.3 min for seeds 0-1)",
-          claim="perturbing all layers beats partial layers, which beat logits-only",
-          also_compare=tuple((part, "logits_only") for part in ("layers_early", "layers_middle", "layers_late"))),
-    Suite("sensitivity", "Token-ALP under policy lag 2 over σ0 (absolute and relative to rms(h)) × σ learning rate "
-          "(ALP Figure 9; --methods seq_alp --settings ... for Seq-ALP at chosen σ0)", ("token_alp",),
-          _sensitivity_settings, baseline_setting="abs1e-06_lr0.0005",
-          cost="44 cells at --seeds 0,1 (22 settings × 2 seeds): 1.7-2.0 min a cell with --parallel 2 (median "
-               "2.0, 2026-12-05); 5.7-7.7 min a cell one at a time on a slower 2-core machine (2026-12-03)",
-          claim="σ0 and its learning rate matter"),
-    Suite("ablation", "Loss level (token/seq Bypass) × clip band (0.2/0.28, 0.5/3.0) × perturbation (off, absolute "
-          "σ0 1e-6, relative σ0) under policy lag 2: what of Token-ALP's lead is the noise, what the clip",
-          ("token_bypass", "seq_bypass"), _ablation_settings, pair_arms=ablation_comparisons,
-          cost="36 cells (2 methods × 6 settings × 3 seeds), 9 of them the alp suite's runs with --reuse: 55 min "
-               "with --parallel 2, 96-198 s a cell (2026-12-04, beside other work)",
-          claim="the perturbation itself, not the clip range, makes ALP better than Bypass under mismatch"),
-    Suite("long", "GRPO, Seq-Bypass, Token-MIS and Seq/Token-ALP for 200 steps under policy lag 2, held-out "
-          "success every 25 steps: ratio envelopes, KL and grad-norm spikes, entropy and collapse over the whole "
-          "horizon (ALP Figures 1, 3, 4); --settings lag4 for the harsher sampler", LONG_METHODS, _long_settings,
-          pair_arms=long_comparisons,
-          horizons=LONG_HORIZONS, horizon_report=True,
-          cost="10 cells (5 methods × lag2 × seeds 0,1): ~10 s a step two cells at a time (2026-12-05), so "
-               "~38 min a 200-step cell with its 8 evaluations and ~3.2 h for the suite with --parallel 2",
-          claim="over a long run Seq-Bypass's loss-ratio envelope blows up while ALP's stays tight, ALP avoids "
-          "the KL spikes MIS shows, and its entropy is higher but controlled"),
-    Suite("robustness", "GRPO, SPrPO and Seq-ALP on the household, then the robustness sweep of each final "
-          "checkpoint (SPrPO's claim)", ("grpo", "sprpo", "seq_alp"), _plain_setting,
-          config="configs/household_tiny.yaml", baseline_method="grpo", robustness=True,
-          cost="9 cells on the household, 18-58 min a cell with its sweep, plus the household SFT start "
-               "(45-94 min) when missing",
-          claim="SPrPO's policy keeps its success under hidden-state noise, pruning and quantization better than "
-          "GRPO's"),
-    Suite("staleness", "GRPO, QUATRO and Seq-ALP under policy lag 0/1/2 and a 3× learning rate (QUATRO's claim)",
-          ("grpo", "quatro", "seq_alp"), _staleness_settings, baseline_method="grpo",
-          cost="36 cells (3 methods × 4 settings × 3 seeds): 29.3 min for seed 0's 12 cells (2.4 min a "
-               "cell)",
-          claim="QUATRO trains stably under increased policy staleness and aggressive learning rates"),
-    Suite("mismatch", "GRPO, Token-MIS and MIPU over sampler fake quantization none/int8/int4/int3 (MIPU's claim)",
-          ("grpo", "token_mis", "mipu"), _mismatch_settings, baseline_method="grpo",
-          cost="36 cells (3 methods × 4 samplers × 3 seeds): 1.7-3.7 min a cell with --parallel 2 (2026-12-05); "
-               "a MIPU step costs 1.4-1.6× a GRPO one (its validation rollouts)",
-          claim="MIPU performs better on average and more stably under high mismatch"),
-    Suite("gigpo", "GRPO and GiGPO (step-level advantages over anchor states) on the household; the shop with "
-          "--config configs/webshop_tiny.yaml", ("grpo", "gigpo"), _plain_setting,
-          config="configs/household_tiny.yaml", baseline_method="grpo",
-          cost="6 cells on the household (21.6-22.6 min a cell), the shop 9-12.5 min a cell plus its SFT "
-               "start (47 min)",
-          claim="GiGPO's step-level credit over anchor states beats episode-level GRPO on multi-turn agent tasks "
-          "(arXiv 2505.10978, ALFWorld and WebShop)"),
-)}
 
 
 @dataclass(frozen=True)
@@ -431,6 +212,11 @@ class Plan:
                     pairs.append((cell.arm, f"{cell.method}/{second}"))
         return [(a, b) for a, b in pairs if b in arms]
 
+    def primary(self) -> list[tuple[str, str]]:
+        """The comparisons the suite declares primary (all of them when it declares none)."""
+        declared = self.suite.primary
+        return [(a, b) for a, b in self.comparisons() if declared is None or declared(a, b)]
+
     def describe(self) -> dict:
         """experiment.json: what the report reads besides the cells' own directories."""
         settings = {c.setting.name: list(c.setting.overrides) for c in self.cells}
@@ -439,6 +225,7 @@ class Plan:
                 "seeds": self.seeds, "steps": self.steps, "start": self.start, "overrides": self.common,
                 "settings": settings, "arms": list(dict.fromkeys(c.arm for c in self.cells)),
                 "comparisons": [list(p) for p in self.comparisons()],
+                "primary": [list(p) for p in self.primary()],
                 "cells": [{"name": c.name, "arm": c.arm, "method": c.method, "setting": c.setting.name,
                            "seed": c.seed} for c in self.cells]}
 

@@ -33,7 +33,6 @@ from pathlib import Path
 from app.experiment import (
     CELL_SAVE_EVERY,
     SCALES,
-    SUITES,
     Cell,
     Plan,
     check_user_overrides,
@@ -42,6 +41,7 @@ from app.experiment import (
     suite_scale,
 )
 from app.experiment_results import CELL_FILE, START_FILE, check_warm_start, restore_cells, sync_results
+from app.suites import SUITES
 from trainer.config.errors import ConfigError
 from trainer.config.train_config import TrainConfig, build_config
 from trainer.runtime.checkpoint import latest_checkpoint

@@ -10,8 +10,8 @@ import pytest
 
 from app import experiment_run
 from app.cli import main, parse_args
-from app.experiment import SUITES, thirds
 from app.experiment_run import build_plan, cell_config
+from app.suites import SUITES, thirds
 from evaluation.reports.experiment_figures import ROBUSTNESS_FIGURE
 from evaluation.reports.experiment_report import mipu_rows, scale_words
 from evaluation.reports.experiment_stats import (

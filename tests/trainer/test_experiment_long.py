@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app import experiment
+from app import suites
 from app.cli import main, parse_args
 from app.experiment_run import build_plan
 from evaluation.reports.long_horizon_figures import (
@@ -56,7 +56,7 @@ def test_the_smoke_scale_runs_4_steps_evaluated_every_2_and_other_suites_keep_th
 
 
 def test_the_tuned_perturbation_is_one_sixth_arm(tmp_path, monkeypatch):
-    monkeypatch.setattr(experiment, "LONG_PERTURBATION", ("token_alp", experiment.noise_overrides("relative", 0.1)))
+    monkeypatch.setattr(suites, "LONG_PERTURBATION", ("token_alp", suites.noise_overrides("relative", 0.1)))
     plan = plan_of("long", "--seeds", "0", "--out", str(tmp_path))
     assert [c.arm for c in plan.cells] == [f"{m}/lag2" for m in METHODS] + ["token_alp/lag2_tuned"]
     cfg = build_config(plan.config, plan.cell_overrides(plan.cells[-1]))
