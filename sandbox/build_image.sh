@@ -6,10 +6,13 @@
 #      Debian bookworm base (Python 3.11) made with debootstrap and `docker import` (alprl/sandbox-base:bookworm);
 #   3. `docker build` of sandbox/Dockerfile, which installs from the wheelhouse with --no-index.
 # Every step is skipped when its result is already there (rerun after a pyproject.toml change to refresh).
+# One build at a time per machine: the whole script runs under an exclusive flock on SANDBOX_IMAGE_LOCK, so callers
+# started together (test workers, a `make sandbox-image` beside them) take turns and the later ones find it all done.
 #
 # Environment: PIP (default .venv/bin/pip, else `python3 -m pip`, else a venv in build/pip-venv), BASE_IMAGE, SANDBOX_IMAGE,
 # WHEELS_FROM (a folder of wheels to take them from instead of an index), DEBIAN_MIRROR (default
-# http://deb.debian.org/debian), PULL_TIMEOUT_S (default 60).
+# http://deb.debian.org/debian), PULL_TIMEOUT_S (default 60), SANDBOX_IMAGE_LOCK (default
+# /tmp/alprl-sandbox-image.lock), SANDBOX_IMAGE_LOCK_WAIT_S (how long to wait for another build, default 1800).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +24,24 @@ say() { echo "sandbox-image: $*"; }
 die() { echo "sandbox-image: $*" >&2; exit 1; }
 # exit 3: this machine cannot provide a base image or wheels at all (the Docker tests skip on it, with the reason)
 cannot() { echo "sandbox-image: $*" >&2; exit 3; }
+
+# The machine-wide lock. Without it, two builds at once collide on dpkg's lock (apt-get install debootstrap), on the
+# wheelhouse (both rewrite its requirements file and wheels in place) and on the image tags. The file is opened read-only
+# (flock needs no write access), so a lock file left by another user still works; fd 9 closes, and the lock goes,
+# when the script exits.
+LOCK=${SANDBOX_IMAGE_LOCK:-/tmp/alprl-sandbox-image.lock}
+LOCK_WAIT_S=${SANDBOX_IMAGE_LOCK_WAIT_S:-1800}
+if ! command -v flock >/dev/null; then
+  echo "sandbox-image: no flock command (util-linux): building without the machine-wide lock" >&2
+else
+  [ -e "$LOCK" ] || (umask 000 && : >>"$LOCK") 2>/dev/null || true
+  if ! { exec 9<"$LOCK"; } 2>/dev/null; then
+    echo "sandbox-image: cannot open the lock file $LOCK: building without the machine-wide lock" >&2
+  elif ! flock -n 9; then
+    say "another build holds $LOCK: waiting for it (up to $LOCK_WAIT_S s)"
+    flock -w "$LOCK_WAIT_S" 9 || die "another build still held $LOCK after $LOCK_WAIT_S s"
+  fi
+fi
 
 command -v docker >/dev/null || die "no docker command: install Docker (Debian: apt-get install docker.io docker-compose)"
 docker info >/dev/null 2>&1 || die "the Docker engine does not answer (start dockerd, or check DOCKER_HOST / permissions)"
@@ -75,7 +96,12 @@ if [ -z "${BASE_IMAGE:-}" ]; then
       if ! command -v debootstrap >/dev/null; then
         { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } ||
           cannot "debootstrap is missing and cannot be installed (needs root and apt); or set BASE_IMAGE to an image with Python 3.11"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+        # Another apt user (an unattended upgrade, a concurrent install) may hold dpkg's lock: wait for it rather
+        # than fail. With no package lists yet (a fresh machine), fetch them and try again.
+        apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+        apt_get install -y -qq debootstrap >/dev/null ||
+          { apt_get update -qq && apt_get install -y -qq debootstrap >/dev/null; } ||
+          die "apt-get could not install debootstrap (above: its error)"
       fi
       [ "$(id -u)" = 0 ] || cannot "debootstrap needs root; or set BASE_IMAGE to an image with Python 3.11"
       rootfs=$(mktemp -d)
