@@ -17,20 +17,27 @@ import matplotlib.pyplot as plt  # noqa: E402
 from evaluation.reports.run_figures import png
 
 
+def arm_bounds(arm: dict[str, Any]) -> tuple[float, float]:
+    """An arm's 95% interval over runs, or its evaluation-only one where one seed measured no run-to-run noise."""
+    if arm.get("ci_lo") is not None:
+        return arm["ci_lo"], arm["ci_hi"]
+    return arm.get("eval_ci_lo", arm["success"]), arm.get("eval_ci_hi", arm["success"])
+
+
 def success_chart(data: dict[str, Any]) -> str | None:
-    """Held-out success per arm with its 95% interval (PNG, base64)."""
+    """Held-out success per arm with its 95% interval over runs (PNG, base64)."""
     arms = data["arms"]
     if not arms:
         return None
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(arms)), 3.4))
     names = list(arms)
     means = [arms[n]["success"] for n in names]
-    errs = [[m - arms[n]["ci_lo"] for n, m in zip(names, means, strict=True)],
-            [arms[n]["ci_hi"] - m for n, m in zip(names, means, strict=True)]]
+    errs = [[m - arm_bounds(arms[n])[0] for n, m in zip(names, means, strict=True)],
+            [arm_bounds(arms[n])[1] - m for n, m in zip(names, means, strict=True)]]
     ax.bar(range(len(names)), means, yerr=errs, capsize=4, color="#4c72b0")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("held-out success")
-    ax.set_title(f"Held-out success, 95% interval ({data['scale_words']})", fontsize=9)
+    ax.set_title(f"Held-out success, 95% interval over runs ({data['scale_words']})", fontsize=9)
     ax.grid(axis="y", alpha=0.3)
     return png(fig)
 
@@ -105,8 +112,8 @@ def sigma_response_chart(data: dict[str, Any]) -> str | None:
     for label, points in lines.items():
         xs = [x for x, _ in points]
         ys = [a["success"] for _, a in points]
-        err = [[y - a["ci_lo"] for y, (_, a) in zip(ys, points, strict=True)],
-               [a["ci_hi"] - y for y, (_, a) in zip(ys, points, strict=True)]]
+        err = [[y - arm_bounds(a)[0] for y, (_, a) in zip(ys, points, strict=True)],
+               [arm_bounds(a)[1] - y for y, (_, a) in zip(ys, points, strict=True)]]
         ax_s.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label, alpha=0.85)
         dp = [(x, v) for x, a in points if (v := a["training"].get("dp_p99_mean")) is not None and v > 0]
         ax_d.plot([x for x, _ in dp], [v for _, v in dp], marker="o", label=label)  # log axis: positive only

@@ -32,6 +32,7 @@ from evaluation.reports.experiment_stats import (
     PERTURBATION_KEYS,
     arm_summary,
     compare,
+    judged,
     mipu_rollbacks,
     read_jsonl,
     robustness_summary,
@@ -46,6 +47,8 @@ from evaluation.reports.run_figures import FIGURES, RunData
 from evaluation.reports.run_report import PLOTS, plot_lines
 
 CELL_FILE = "cell.json"
+ENDPOINT_LAST = "the last held-out evaluation"
+ENDPOINT_SECOND_HALF = "the mean held-out success over the evaluations in the second half of training (steps ≥ half)"
 
 
 def finished_cells(out: Path, plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -58,14 +61,26 @@ def finished_cells(out: Path, plan: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def arm_records(cells: list[dict[str, Any]]) -> dict[str, dict[str, list]]:
-    """Per arm: the tagged final-evaluation and robustness records and each cell's metrics records."""
+def endpoint_files(run: Path, cell: dict[str, Any], steps: int | None) -> list[Path]:
+    """The held-out evaluations a cell's endpoint pools: with periodic evaluation in a run of `steps` steps, every
+    one at a step ≥ half of them (the second half of training); otherwise (steps None) its final one."""
+    if steps is None:
+        return [run / cell["final_eval"]] if cell.get("final_eval") else []
+    files = {int(f.stem.split("_")[1]): f for f in (run / "eval").glob("step_*.jsonl")}
+    return [files[k] for k in sorted(files) if k > 0 and 2 * k >= steps]
+
+
+def arm_records(cells: list[dict[str, Any]], periodic_steps: int | None = None) -> dict[str, dict[str, list]]:
+    """Per arm: the tagged endpoint records (`eval`), the tagged last-evaluation records (`last`), the
+    robustness records and each cell's metrics records."""
     arms: dict[str, dict[str, list]] = {}
     for cell in cells:
         run = Path(cell["dir"])
-        slot = arms.setdefault(cell["arm"], {"eval": [], "metrics": [], "robustness": []})
+        slot = arms.setdefault(cell["arm"], {"eval": [], "last": [], "metrics": [], "robustness": []})
+        for path in endpoint_files(run, cell, periodic_steps and int(cell.get("steps", periodic_steps))):
+            slot["eval"] += tag_problems(read_jsonl(path), cell["seed"])
         if cell.get("final_eval"):
-            slot["eval"] += tag_problems(read_jsonl(run / cell["final_eval"]), cell["seed"])
+            slot["last"] += tag_problems(read_jsonl(run / cell["final_eval"]), cell["seed"])
         slot["metrics"].append(read_jsonl(run / "metrics.jsonl"))
         slot["robustness"] += tag_problems(read_jsonl(run / "robustness" / "records.jsonl"), cell["seed"])
     return arms
@@ -100,34 +115,49 @@ def scale_words(plan: dict[str, Any], arms: dict[str, Any]) -> str:
             "held-out tasks")
 
 
+def judged_comparisons(plan: dict[str, Any], records: dict[str, dict[str, list]], arms: dict[str, Any],
+                       kind: str) -> list[dict[str, Any]]:
+    """The plan's comparisons whose arms both finished, on the records of `kind` (eval: the endpoint; last: the
+    last evaluation), each in its declared family, judged together (Holm over the primary ones)."""
+    primary = {tuple(p) for p in plan.get("primary", plan["comparisons"])}
+    found = [{"arm": arm, "baseline": baseline,
+              **compare(records[arm][kind], records[baseline][kind],
+                        "primary" if (arm, baseline) in primary else "exploratory")}
+             for arm, baseline in plan["comparisons"] if arm in arms and baseline in arms]
+    return judged(found)
+
+
 def report_data(out: str | Path) -> dict[str, Any]:
     """Everything report.json holds: the plan, per-arm summaries, comparisons and their sentences."""
     out = Path(out)
     plan = json.loads((out / "experiment.json").read_text())
     cells = finished_cells(out, plan)
-    records = arm_records(cells)
+    periodic = bool(plan.get("horizon_report"))
+    records = arm_records(cells, int(plan["steps"]) if periodic else None)
     arms = {}
     for arm in plan["arms"]:
         got = records.get(arm)
         if not got or not got["eval"]:
             continue
         arms[arm] = arm_summary(got["eval"]) | {"training": training_summary(got["metrics"])}
+        if periodic and got["last"]:
+            arms[arm]["last_eval_success"] = arm_summary(got["last"])["success"]
         if rollbacks := mipu_rollbacks(got["metrics"]):
             arms[arm]["mipu_rolled_back_per_seed"] = rollbacks
         if got["robustness"]:
             arms[arm]["robustness"] = robustness_summary(got["robustness"])
     words = scale_words(plan, arms)
-    comparisons = []
-    for arm, baseline in plan["comparisons"]:
-        if arm in arms and baseline in arms:
-            c = compare(records[arm]["eval"], records[baseline]["eval"])
-            comparisons.append({"arm": arm, "baseline": baseline, **c,
-                                "summary": sentence(arm, baseline, c, words)})
+    comparisons = judged_comparisons(plan, records, arms, "eval")
+    for c in comparisons:
+        c["summary"] = sentence(c["arm"], c["baseline"], c, words)
+    # the last evaluation alone is a secondary endpoint where the primary one pools the second half
+    last = [{**c, "family": "secondary"} for c in judged_comparisons(plan, records, arms, "last")] if periodic else []
     done = {c["cell"] for c in cells}
     horizon = {"long_horizon": long_horizon_data(horizon_runs(cells))} if plan.get("horizon_report") else {}
     return {"suite": plan["suite"], "doc": plan["doc"], "claim": plan.get("claim", ""), "scale": plan["scale"], "steps": plan["steps"],
             "seeds": plan["seeds"], "config": plan["config"], "start": plan["start"], "overrides": plan["overrides"],
             "settings": plan["settings"], "scale_words": words, "arms": arms, "comparisons": comparisons,
+            "endpoint": ENDPOINT_SECOND_HALF if periodic else ENDPOINT_LAST, "comparisons_last_eval": last,
             "cells_finished": len(done), "cells_planned": len(plan["cells"]),
             "cells_missing": [c["name"] for c in plan["cells"] if c["name"] not in done],
             "wall_s": sum(float(c.get("wall_s", 0)) for c in cells), "cells": cell_rows_data(cells)} | horizon
@@ -143,6 +173,7 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
         t = a["training"]
         top_k = max(a["pass_at_k"], key=int)
         rows.append([name, _f(a["success"]), f"[{_f(a['ci_lo'])}, {_f(a['ci_hi'])}]",
+                     f"[{_f(a.get('eval_ci_lo'))}, {_f(a.get('eval_ci_hi'))}]",
                      ", ".join(f"{v:.3f}" for v in a["per_seed"].values()), f"{_f(a['pass_at_k'][top_k])} (k={top_k})",
                      str(a["problems"]), _f(t["reward_mean"]), _f(t["reward_last"]), _f(t["mismatch_kl_mean"], ".2e"),
                      _f(t["ratio_p98_max"]), _f(t["r_mis_p98_mean"]), _f(t["ppo_kl_mean"], ".2e"),
@@ -150,18 +181,28 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval", "per seed", "pass@k", "seed-task pairs",
+ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval over runs", "evaluation only", "per seed", "pass@k", "seed-task pairs",
               "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "r_mis P98 (mean)",
               "loss ppo_kl (mean)", "update KL, clean k3 (mean)", "entropy (last)", "s/step"]
 """`loss ppo_kl` is the policy loss's own log-ratio mean, on the update forward (perturbed under ALP, so it carries
 the noise); `update KL, clean` is KL(π_θold ‖ π_θ) after the step on the unperturbed model, from the diagnostics
 steps (`diag/policy_kl_k3`)."""
-COMPARISON_HEADER = ["arm", "baseline", "difference", "95% interval", "pairs", "verdict"]
+COMPARISON_HEADER = ["arm", "baseline", "family", "difference", "95% interval over runs", "Holm-corrected",
+                     "evaluation only", "per seed", "detectable", "seeds × tasks", "verdict"]
+"""`95% interval over runs`: the hierarchical bootstrap (seeds, then tasks); `Holm-corrected`: the same at the
+level Holm's step-down tested this primary comparison at; `evaluation only`: seeds held fixed; `detectable`: the
+difference this design finds with 80% power at the comparison's strictest level."""
 
 
-def comparison_rows(data: dict[str, Any]) -> list[list[str]]:
-    return [[c["arm"], c["baseline"], f"{c['diff']:+.3f}", f"[{c['ci_lo']:+.3f}, {c['ci_hi']:+.3f}]",
-             str(c["problems"]), c["verdict"]] for c in data["comparisons"]]
+def comparison_rows(comparisons: list[dict[str, Any]]) -> list[list[str]]:
+    def interval(lo: Any, hi: Any) -> str:
+        return "–" if lo is None else f"[{lo:+.3f}, {hi:+.3f}]"
+
+    return [[c["arm"], c["baseline"], c["family"], f"{c['diff']:+.3f}", interval(c["ci_lo"], c["ci_hi"]),
+             interval(c.get("corrected_ci_lo"), c.get("corrected_ci_hi")),
+             interval(c.get("eval_ci_lo"), c.get("eval_ci_hi")),
+             ", ".join(f"{v:+.3f}" for v in c.get("per_seed", {}).values()), _f(c.get("detectable")),
+             f"{c['seeds']} × {c['problems'] // max(1, c['seeds'])}", c["verdict"]] for c in comparisons]
 
 
 def robustness_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -217,7 +258,11 @@ def _intro(data: dict[str, Any]) -> list[str]:
             f"Recipe `{data['config']}`, {data['scale_words']}; every cell starts from `{data['start']}`.",
             f"Cells finished: {data['cells_finished']} of {data['cells_planned']}"
             + (f" (missing: {', '.join(missing)})" if missing else "") + ".",
-            "Intervals: 95% bootstrap over (seed, task) pairs; differences are paired on the same seeds and tasks."]
+            f"Endpoint: {data.get('endpoint', ENDPOINT_LAST)}.",
+            "Intervals over runs: hierarchical bootstrap (seeds, then tasks within each; Davison & Hinkley 1997, "
+            "§3.8), beside the evaluation-only one (seeds held fixed); differences are paired on the same seeds "
+            "and tasks. Verdicts: Holm's correction over the suite's primary comparisons (declared before the "
+            "run), the rest exploratory (evaluation/reports/experiment_inference.py)."]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -225,7 +270,10 @@ def markdown(data: dict[str, Any]) -> str:
     parts = [f"# alprl experiment: {data['suite']}", "\n\n".join(_intro(data)), "## Summary", "\n".join(bullets)]
     parts += ["## Held-out success per arm", _md_table(ARM_HEADER, arm_rows(data))]
     if data["comparisons"]:
-        parts += ["## Paired differences", _md_table(COMPARISON_HEADER, comparison_rows(data))]
+        parts += ["## Paired differences", _md_table(COMPARISON_HEADER, comparison_rows(data["comparisons"]))]
+    if data.get("comparisons_last_eval"):
+        parts += ["## Paired differences at the last evaluation (secondary endpoint)",
+                  _md_table(COMPARISON_HEADER, comparison_rows(data["comparisons_last_eval"]))]
     if robustness_rows(data):
         parts += ["## Robustness of the final checkpoints",
                   _md_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
@@ -318,7 +366,10 @@ def render_html(out: Path, data: dict[str, Any]) -> str:
                                            or "<li>No comparison has both arms finished yet.</li>") + "</ul>")
     parts += ["<h2>Held-out success per arm</h2>", _html_table(ARM_HEADER, arm_rows(data))]
     if data["comparisons"]:
-        parts += ["<h2>Paired differences</h2>", _html_table(COMPARISON_HEADER, comparison_rows(data))]
+        parts += ["<h2>Paired differences</h2>", _html_table(COMPARISON_HEADER, comparison_rows(data["comparisons"]))]
+    if data.get("comparisons_last_eval"):
+        parts += ["<h2>Paired differences at the last evaluation (secondary endpoint)</h2>",
+                  _html_table(COMPARISON_HEADER, comparison_rows(data["comparisons_last_eval"]))]
     if robustness_rows(data):
         parts += ["<h2>Robustness of the final checkpoints</h2>",
                   _html_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]

@@ -1,14 +1,15 @@
 """The numbers of an experiment report (`alprl experiment`): per arm over seeds and tasks, and paired comparisons.
 
-An *arm* is a method under a setting; its cells are one run per seed. Every cell's final held-out evaluation
-(`<cell>/eval/step_<k>.jsonl`, one record per task and sample) is tagged with its seed, and a *problem* is a
-(seed, task) pair: cells of the same seed played the same tasks with the same sampling seeds, so
-- an arm's held-out success is the mean over its problems of the per-problem avg@n, with a 95% percentile
-  bootstrap interval over problems (`scores.bootstrap_ci`). Resampling (seed, task) pairs, not seeds, treats the
-  seeds' training runs as fixed: with 3 seeds a seed-level bootstrap would say little, so the per-seed means are
-  listed beside it for the spread between runs;
-- a comparison is `scores.paired_difference` over the problems both arms played (arm − baseline), and its verdict
-  is "better" / "worse" when that interval excludes 0, else "inside the noise".
+An *arm* is a method under a setting; its cells are one run per seed. Each cell's held-out records (one per task
+and sample) are tagged with its seed, and a *problem* is a (seed, task) pair: cells of the same seed played the
+same tasks with the same sampling seeds. What a cell contributes is its endpoint: its last held-out evaluation, or,
+in suites with periodic evaluation (the long ones), its records pooled over the evaluations in the second half of
+training (steps ≥ half the run), so that one evaluation's swing does not decide a run.
+- an arm's held-out success is the mean over its problems of the per-problem avg@n, with a hierarchical interval
+  (seeds, then tasks within them) and an evaluation-only one (seeds held fixed), and its per-seed means;
+- a comparison (arm − baseline) is paired on the problems both arms played: the per-problem differences, their
+  two intervals, per-seed differences, p-value and SE; `judged` gives the verdicts (Holm over the suite's primary
+  comparisons, the rest exploratory) and detectable effects (evaluation/reports/experiment_inference.py).
 pass@k (`evaluation.scores`) is averaged over problems for k = 1, 2, 4, ... up to the samples per task.
 """
 
@@ -21,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evaluation.scores import avg_at_k, bootstrap_ci, group_by_problem, k_values, paired_difference, pass_at_k
+from evaluation.reports.experiment_inference import corrected_verdicts, interval_summary
+from evaluation.scores import avg_at_k, bootstrap_ci, group_by_problem, k_values, pass_at_k
 
 Record = Mapping[str, Any]
 TRAINING_KEYS = {  # what each training-side column is, from the cells' metrics.jsonl (mean over seeds)
@@ -58,35 +60,53 @@ def tag_problems(records: Sequence[Record], seed: int) -> list[dict[str, Any]]:
     return [{**r, "seed": seed, "problem": f"{seed}:{r['index']}"} for r in records]
 
 
+def per_problem_success(records: Sequence[Record]) -> dict[str, float]:
+    """avg@n of each problem ("<seed>:<task>") over its samples."""
+    return {str(p): avg_at_k([float(r["won"]) for r in g]) for p, g in group_by_problem(records, "problem").items()}
+
+
 def arm_summary(records: Sequence[Record]) -> dict[str, Any]:
-    """Held-out success of one arm (its cells' tagged records): mean, interval, per seed, pass@k."""
+    """Held-out success of one arm (its cells' tagged records): mean, hierarchical and evaluation-only intervals,
+    per seed, pass@k."""
     groups = group_by_problem(records, "problem")
-    per_problem = {p: avg_at_k([float(r["won"]) for r in g]) for p, g in groups.items()}
-    lo, hi = bootstrap_ci(list(per_problem.values()))
-    seeds = sorted({int(r["seed"]) for r in records})
-    per_seed = {str(s): statistics.fmean(v for p, v in per_problem.items() if p.startswith(f"{s}:")) for s in seeds}
+    stats = interval_summary(per_problem_success(records))
     n = min(len(g) for g in groups.values())
     wins = [sum(bool(r["won"]) for r in g[:n]) for g in groups.values()]
-    return {"success": statistics.fmean(per_problem.values()), "ci_lo": lo, "ci_hi": hi,
-            "problems": len(per_problem), "samples_per_task": n, "seeds": seeds, "per_seed": per_seed,
+    lo, hi = stats["ci"] or (None, None)
+    return {"success": stats["mean"], "ci_lo": None if lo is None else max(0.0, lo),
+            "ci_hi": None if hi is None else min(1.0, hi),  # a success rate's interval, cut to [0, 1]
+            "eval_ci_lo": stats["eval_ci"][0], "eval_ci_hi": stats["eval_ci"][1], "problems": len(groups),
+            "samples_per_task": n, "seeds": sorted({int(r["seed"]) for r in records}), "per_seed": stats["per_seed"],
             "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, c, k) for c in wins) for k in k_values(n)}}
 
 
-def verdict(lo: float, hi: float) -> str:
-    """better / worse when the paired interval excludes 0, else inside the noise."""
-    if lo > 0:
-        return "better"
-    if hi < 0:
-        return "worse"
-    return "inside the noise"
+def compare(arm: Sequence[Record], baseline: Sequence[Record], family: str = "exploratory", *,
+            rng_seed: int = 0) -> dict[str, Any]:
+    """arm − baseline on the problems both played: the difference with its hierarchical and evaluation-only 95%
+    intervals, per-seed differences, SE and p-value; `judged`, over a report's comparisons together, adds the
+    verdicts and detectable effects."""
+    after, before = per_problem_success(arm), per_problem_success(baseline)
+    shared = [p for p in after if p in before]
+    if not shared:
+        raise ValueError("compare: the two arms share no (seed, task) problem; evaluate the same seeds and tasks")
+    stats = interval_summary({p: after[p] - before[p] for p in shared}, rng_seed=rng_seed)
+    lo, hi = stats["ci"] or (None, None)
+    return {"arm_success": statistics.fmean(after[p] for p in shared),
+            "baseline_success": statistics.fmean(before[p] for p in shared), "diff": stats["mean"],
+            "mean": stats["mean"], "ci_lo": lo, "ci_hi": hi, "eval_ci_lo": stats["eval_ci"][0],
+            "eval_ci_hi": stats["eval_ci"][1], "per_seed": stats["per_seed"], "seeds": stats["seeds"],
+            "df": stats["df"], "se": stats["se"], "p": stats["p"], "problems": len(shared), "family": family}
 
 
-def compare(arm: Sequence[Record], baseline: Sequence[Record]) -> dict[str, Any]:
-    """arm − baseline on the problems both played, with its 95% interval and verdict."""
-    d = paired_difference(baseline, arm, problem_key="problem")
-    return {"arm_success": d["after"], "baseline_success": d["before"], "diff": d["diff"],
-            "ci_lo": d["diff_ci_lo"], "ci_hi": d["diff_ci_hi"], "problems": int(d["problems"]),
-            "verdict": verdict(d["diff_ci_lo"], d["diff_ci_hi"])}
+def judged(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One report's comparisons with their verdicts (Holm over the primary ones) and detectable effects, ready for
+    report.json."""
+    out = corrected_verdicts(comparisons)
+    for c in out:
+        c.pop("mean", None)
+        corrected = c.pop("corrected_ci")
+        c["corrected_ci_lo"], c["corrected_ci_hi"] = corrected if corrected is not None else (None, None)
+    return out
 
 
 def _reduce(values: list[float], how: str) -> float | None:
@@ -143,9 +163,22 @@ def _success(records: Sequence[Record]) -> float:
 
 
 def sentence(arm: str, baseline: str, c: Mapping[str, Any], scale_words: str) -> str:
-    """One comparison in plain words, from its numbers alone."""
+    """One comparison in plain words, from its numbers alone: the family, the difference with its interval over
+    runs (Holm-corrected for a primary one), the verdict and, inside the noise, what the design could detect."""
+    where = f"{c['family']}, {c['seeds']} seed{'s' if c['seeds'] != 1 else ''} × {c['problems'] // max(1, c['seeds'])}"
+    head = f"At this scale ({scale_words}),"
+    if c["verdict"].startswith("one seed"):
+        return (f"{head} {arm} − {baseline}: {c['diff']:+.3f} held-out success ({c['arm_success']:.3f} vs "
+                f"{c['baseline_success']:.3f}), evaluation-only interval [{c['eval_ci_lo']:+.3f}, "
+                f"{c['eval_ci_hi']:+.3f}] ({where} tasks); one seed, so no verdict (run-to-run noise unmeasured).")
+    if c.get("corrected_ci_lo") is not None:
+        interval = (f"Holm-corrected {100 * (1 - c['holm_level']):.1f}% interval over runs "
+                    f"[{c['corrected_ci_lo']:+.3f}, {c['corrected_ci_hi']:+.3f}]")
+    else:
+        interval = f"95% interval over runs [{c['ci_lo']:+.3f}, {c['ci_hi']:+.3f}]"
     numbers = (f"{c['diff']:+.3f} held-out success ({c['arm_success']:.3f} vs {c['baseline_success']:.3f}), "
-               f"95% interval [{c['ci_lo']:+.3f}, {c['ci_hi']:+.3f}] over {c['problems']} seed-task pairs")
+               f"{interval} ({where} tasks)")
     if c["verdict"] == "inside the noise":
-        return f"At this scale ({scale_words}), {arm} and {baseline} differ inside the noise: {numbers}."
-    return f"At this scale ({scale_words}), {arm} is {c['verdict']} than {baseline}: {numbers}."
+        detect = f"; the design detects about ±{c['detectable']:.3f}" if c.get("detectable") is not None else ""
+        return f"{head} {arm} and {baseline} differ inside the noise: {numbers}{detect}."
+    return f"{head} {arm} is {c['verdict']} than {baseline}: {numbers}."

@@ -1,0 +1,161 @@
+"""Inference for experiment reports: intervals that count run-to-run noise, Holm's correction over a suite's declared
+comparisons, and the smallest effect a design can detect.
+
+A cell's held-out success has two sources of noise: which tasks the evaluation drew and sampled (evaluation noise),
+and which training run the seed produced (run-to-run noise; in these suites the spread of per-seed differences is
+1.1-2.3× what evaluation noise alone predicts). So every interval comes in two kinds:
+- **over runs** (the verdict's): the hierarchical bootstrap, which resamples seeds with replacement and then
+  tasks within each resampled seed (a comparison resamples the per-(seed, task) differences, so it stays
+  paired; two-stage resampling: Davison & Hinkley 1997, *Bootstrap Methods and their Application*, §3.8). Its
+  variance is computed exactly where every seed has the same tasks (`two_stage_variance`, the limit of infinitely
+  many resamples; `resampled_means` draws them, and a test checks the two agree), so no RNG seed enters it. With S seeds it has S − 1 degrees of
+  freedom: the interval is mean ± t_{S−1} · SE, the SE scaled by √(S/(S − 1)) (the bootstrap's variance of a mean
+  of S draws is (S − 1)/S of the unbiased one); few-cluster t inference: Cameron & Miller 2015, J. Human
+  Resources 50(2), §VI. Not the bootstrap's percentiles: with a few seeds those cannot reach past the per-seed
+  extremes, so whenever every seed's difference has one sign (under no effect, 2^(1−S) of the time: half of all
+  2-seed comparisons) they exclude 0 (tests/evaluation/test_experiment_inference.py plants such a null).
+- **evaluation only**: seeds held fixed, tasks resampled within each seed (95% percentile interval): how much of
+  the interval is the evaluation's alone, for these particular trained runs.
+With one seed no run-to-run noise is measured and no verdict is given.
+
+Verdicts: a suite declares its primary comparisons (the paper's claim, app/suites.py) before it runs; Holm's
+step-down correction (Holm 1979, Scand. J. Statist. 6:65-70) runs over that family at α = 0.05 with each
+comparison's two-sided t p-value, and a primary comparison is "better" / "worse" only when Holm rejects it, which
+is when its interval over runs at Holm's level for it (1 − α/(m − rank)) excludes 0. Every other comparison is
+exploratory: its verdict is read from the uncorrected 95% interval and says so. The detectable effect is
+(t_{S−1, 1−α'/2} + t_{S−1, 0.8}) · SE with α' the strictest level the comparison could be read at (α/m for a
+primary one): the difference this design finds about 80% of the time.
+
+The evaluation-only interval is drawn: `N_BOOT` resamples keep its bounds within 0.001 across bootstrap RNG seeds
+(a test checks committed suites); it never decides a verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from scipy.stats import t as student_t
+
+ALPHA = 0.05
+POWER = 0.8
+N_BOOT = 100_000
+ONE_SEED = "one seed: no verdict"
+
+
+def by_seed(per_problem: Mapping[str, float]) -> dict[int, np.ndarray]:
+    """Per-problem values keyed "<seed>:<task>" → one array of task values per seed, seeds in ascending order."""
+    grouped: dict[int, list[float]] = {}
+    for problem, value in per_problem.items():
+        grouped.setdefault(int(str(problem).split(":", 1)[0]), []).append(float(value))
+    return {seed: np.asarray(grouped[seed]) for seed in sorted(grouped)}
+
+
+def resampled_means(seeds: Sequence[np.ndarray], *, hierarchical: bool, n_boot: int = N_BOOT,
+                    rng_seed: int = 0) -> np.ndarray:
+    """(n_boot,) bootstrap means over problems: seeds resampled with replacement and then tasks within each
+    (hierarchical), or seeds held fixed and tasks resampled within each (evaluation only). Every problem weighs
+    the same, as in the point estimate."""
+    rng = np.random.default_rng(rng_seed)
+    count = len(seeds)
+    picks = rng.integers(0, count, (n_boot, count)) if hierarchical else np.tile(np.arange(count), (n_boot, 1))
+    sums, sizes = np.zeros(n_boot), np.zeros(n_boot)
+    for slot in range(count):  # a seed drawn twice gets two independent task resamples
+        for k, values in enumerate(seeds):
+            rows = np.flatnonzero(picks[:, slot] == k)  # (R,)
+            if rows.size:
+                draws = rng.integers(0, values.size, (rows.size, values.size))  # (R, T_k)
+                sums[rows] += values[draws].sum(axis=1)
+                sizes[rows] += values.size
+    return sums / sizes
+
+
+def two_stage_variance(seeds: Sequence[np.ndarray], *, rng_seed: int = 0) -> float:
+    """The variance of `resampled_means(seeds, hierarchical=True)`: exact when every seed has the same number of
+    tasks T (the suites' design: the same held-out tasks per seed), where it is
+    (1/S) · (mean_k (m_k − M)² + mean_k σ²_k / T) over the seed means m_k and their plug-in task variances σ²_k;
+    drawn (N_BOOT resamples) otherwise, where the mean over problems is a ratio with no closed form."""
+    sizes = {v.size for v in seeds}
+    if len(sizes) > 1:
+        return float(resampled_means(seeds, hierarchical=True, rng_seed=rng_seed).var())
+    means = np.array([v.mean() for v in seeds])
+    within = np.array([v.var() for v in seeds])
+    return float((((means - means.mean()) ** 2).mean() + within.mean() / sizes.pop()) / len(seeds))
+
+
+def percentile_interval(means: np.ndarray, level_alpha: float = ALPHA) -> tuple[float, float]:
+    lo, hi = np.quantile(means, [level_alpha / 2, 1 - level_alpha / 2])
+    return float(lo), float(hi)
+
+
+def t_interval(mean: float, se: float, df: int, level_alpha: float = ALPHA) -> tuple[float, float]:
+    half = float(student_t.ppf(1 - level_alpha / 2, df)) * se
+    return mean - half, mean + half
+
+
+def t_p_value(mean: float, se: float, df: int) -> float:
+    """Two-sided p-value of "no difference" (1 when the SE is 0 and the mean is 0)."""
+    if se == 0:
+        return 1.0 if mean == 0 else 0.0
+    return float(2 * student_t.sf(abs(mean) / se, df))
+
+
+def detectable_effect(se: float, df: int, alpha: float) -> float:
+    """The smallest true difference found with probability POWER by a two-sided t test at `alpha` with `df`
+    degrees of freedom."""
+    return float(student_t.ppf(1 - alpha / 2, df) + student_t.ppf(POWER, df)) * se
+
+
+def holm_levels(p_values: Sequence[float], alpha: float = ALPHA) -> list[tuple[bool, float]]:
+    """Holm's step-down over one family: per hypothesis (rejected, the level it was tested at, α/(m − rank))."""
+    m = len(p_values)
+    out: list[tuple[bool, float]] = [(False, alpha)] * m
+    rejecting = True
+    for rank, i in enumerate(sorted(range(m), key=lambda j: p_values[j])):
+        level = alpha / (m - rank)
+        rejecting = rejecting and p_values[i] <= level  # once one is kept, every larger p is kept too
+        out[i] = (rejecting, level)
+    return out
+
+
+def interval_summary(per_problem: Mapping[str, float], *, rng_seed: int = 0,
+                     n_boot: int = N_BOOT) -> dict[str, object]:
+    """A mean over problems ("<seed>:<task>" → value: an arm's success, or a paired difference) with its interval
+    over runs (None with one seed), its evaluation-only interval, per-seed means, SE, degrees of freedom and
+    p-value."""
+    seeds = by_seed(per_problem)
+    arrays = list(seeds.values())
+    count = len(arrays)
+    mean = float(np.concatenate(arrays).mean())
+    evaluation = resampled_means(arrays, hierarchical=False, n_boot=n_boot, rng_seed=rng_seed + 1)
+    out = {"mean": mean, "eval_ci": percentile_interval(evaluation), "seeds": count, "df": count - 1,
+           "per_seed": {str(s): float(v.mean()) for s, v in seeds.items()}, "ci": None, "se": None, "p": None}
+    if count > 1:
+        se = (two_stage_variance(arrays, rng_seed=rng_seed) * count / (count - 1)) ** 0.5
+        out |= {"se": se, "ci": t_interval(mean, se, count - 1), "p": t_p_value(mean, se, count - 1)}
+    return out
+
+
+def _direction(lo: float, hi: float) -> str:
+    return "better" if lo > 0 else "worse" if hi < 0 else "inside the noise"
+
+
+def corrected_verdicts(comparisons: list[dict], alpha: float = ALPHA) -> list[dict]:
+    """Fill each comparison's family-wise fields: Holm over the `primary` ones (their corrected interval, level
+    and verdict), the uncorrected reading for the exploratory ones, and everyone's detectable effect. Each
+    comparison holds `mean`, `ci_lo`, `ci_hi`, `seeds`, `df`, `se`, `p` and `family`."""
+    primary = [c for c in comparisons if c["family"] == "primary" and c["seeds"] > 1]
+    m = max(1, len(primary))
+    for c, (rejected, level) in zip(primary, holm_levels([c["p"] for c in primary], alpha), strict=True):
+        c.update(holm_level=level, corrected_ci=t_interval(c["mean"], c["se"], c["df"], level),
+                 verdict=("better" if c["mean"] > 0 else "worse") if rejected else "inside the noise")
+    for c in comparisons:
+        if c["seeds"] < 2:
+            c.update(holm_level=None, corrected_ci=None, verdict=ONE_SEED, detectable=None)
+            continue
+        if c["family"] != "primary":
+            direction = _direction(c["ci_lo"], c["ci_hi"])
+            c.update(holm_level=None, corrected_ci=None,
+                     verdict=direction if direction == "inside the noise" else f"{direction} (exploratory)")
+        c["detectable"] = detectable_effect(c["se"], c["df"], alpha / m if c["family"] == "primary" else alpha)
+    return comparisons

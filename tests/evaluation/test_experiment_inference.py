@@ -1,0 +1,142 @@
+"""The experiment report's statistics: intervals over runs (hierarchical bootstrap), Holm's correction over the
+primary family, the detectable effect; null controls that must read inside the noise, a planted effect that must
+be found, and verdicts that do not depend on the bootstrap's RNG seed."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evaluation.reports.experiment_inference import (
+    by_seed,
+    detectable_effect,
+    holm_levels,
+    interval_summary,
+    resampled_means,
+    two_stage_variance,
+)
+from evaluation.reports.experiment_report import arm_records, finished_cells
+from evaluation.reports.experiment_stats import compare, judged, tag_problems
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG = ROOT / "docs" / "experiments" / "long"
+ALP = ROOT / "docs" / "experiments" / "alp"
+
+
+def _committed(out: Path, periodic: bool) -> dict[str, dict[str, list]]:
+    plan = json.loads((out / "experiment.json").read_text())
+    return arm_records(finished_cells(out, plan), plan["steps"] if periodic else None)
+
+
+def _synthetic_arm(run_effects: list[float], tasks: int = 100, samples: int = 2, seed: int = 0) -> list[dict]:
+    """One arm's held-out records: task t of seed s is won with probability difficulty_t + run_effects[s], the
+    same task difficulties in every arm (so arms are paired), one run effect per trained run."""
+    difficulty = random.Random(1234)
+    base = [difficulty.uniform(0.2, 0.8) for _ in range(tasks)]
+    rng = random.Random(seed)
+    records = []
+    for s, effect in enumerate(run_effects):
+        records += tag_problems([{"index": t, "won": rng.random() < min(1.0, max(0.0, base[t] + effect))}
+                                 for t in range(tasks) for _ in range(samples)], s)
+    return records
+
+
+def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
+    # p sorted: 0.01 at 0.05/3 = 0.0167 → rejected; 0.03 at 0.05/2 = 0.025 → kept; 0.04 then kept whatever its p
+    out = holm_levels([0.01, 0.04, 0.03])
+    assert [r for r, _ in out] == [True, False, False]
+    assert [round(level, 4) for _, level in out] == [0.0167, 0.05, 0.025]
+    assert holm_levels([0.001, 0.002]) == [(True, 0.025), (True, 0.05)]
+
+
+def test_the_detectable_effect_is_the_t_power_formula():
+    # (t_{4, 0.975} + t_{4, 0.8}) · SE = (2.776445 + 0.940965) · 0.01
+    assert detectable_effect(0.01, 4, 0.05) == pytest.approx(0.0371741, abs=1e-6)
+    assert detectable_effect(0.01, 4, 0.025) > detectable_effect(0.01, 4, 0.05) > detectable_effect(0.01, 40, 0.05)
+
+
+def test_the_exact_two_stage_variance_is_what_the_resampler_draws():
+    rng = np.random.default_rng(0)
+    equal = [rng.random(60), rng.random(60) * 0.5, rng.random(60) + 0.3]
+    unequal = [rng.random(40), rng.random(90) * 0.5, rng.random(70) + 0.3]
+    drawn = resampled_means(equal, hierarchical=True, n_boot=200_000).var()
+    assert two_stage_variance(equal) == pytest.approx(drawn, rel=0.02)
+    assert two_stage_variance(unequal, rng_seed=3) == resampled_means(unequal, hierarchical=True, rng_seed=3).var()
+
+
+def test_the_interval_over_runs_is_the_t_interval_of_the_per_seed_means_when_tasks_do_not_vary():
+    # per-seed means 0.1, 0.3, 0.2 (every task of a seed equal): the seed stage alone moves the mean, and the
+    # bootstrap SE scaled by sqrt(S/(S-1)) is the per-seed means' sd / sqrt(S) = 0.1 / sqrt(3) = 0.057735
+    values = {f"{s}:{t}": v for s, v in enumerate((0.1, 0.3, 0.2)) for t in range(40)}
+    out = interval_summary(values)
+    assert out["se"] == pytest.approx(0.057735, abs=1e-6) and out["df"] == 2
+    half = 4.302653 * out["se"]  # t_{2, 0.975}
+    assert out["ci"] == pytest.approx((0.2 - half, 0.2 + half), abs=1e-6)
+    assert out["eval_ci"] == pytest.approx((0.2, 0.2))
+
+
+def test_a_seed_drawn_twice_gets_its_own_task_resample_and_fixed_seeds_keep_their_weight():
+    seeds = [np.zeros(50), np.ones(50)]
+    fixed = resampled_means(seeds, hierarchical=False, n_boot=2000)
+    assert np.allclose(fixed, 0.5)  # each seed's tasks are all equal: only the seed stage can move the mean
+    hier = resampled_means(seeds, hierarchical=True, n_boot=2000)
+    assert set(np.round(hier, 6)) == {0.0, 0.5, 1.0}
+    assert by_seed({"1:0": 0.5, "0:3": 1.0, "0:1": 0.0}) .keys() == {0, 1}
+
+
+def test_two_trainings_of_the_same_policy_read_inside_the_noise_where_evaluation_noise_alone_does_not():
+    # each arm's runs: the same policy, with a run-to-run spread (sd 0.06) that evaluation noise does not measure
+    effects = np.random.default_rng(5).normal(0.0, 0.06, (2, 3))
+    arm, base = _synthetic_arm(list(effects[0]), seed=1), _synthetic_arm(list(effects[1]), seed=2)
+    c = judged([compare(arm, base, "primary")])[0]
+    assert c["eval_ci_lo"] > 0 or c["eval_ci_hi"] < 0, "the seeds must fool an evaluation-only interval"
+    assert c["ci_lo"] < 0 < c["ci_hi"] and c["verdict"] == "inside the noise"
+    assert c["detectable"] > abs(c["diff"])
+
+
+def test_a_planted_effect_larger_than_the_detectable_one_is_found_over_five_seeds():
+    # per-seed differences carry the runs' spread (sd 0.03 an arm) and 100 tasks x 2 samples of evaluation noise:
+    # about 0.07 a seed, so five seeds detect ~0.2 in a family of two; +0.25 is planted
+    spread = np.random.default_rng(3).normal(0.0, 0.03, (2, 5))
+    arm = _synthetic_arm(list(spread[0] + 0.25), seed=1)
+    base = _synthetic_arm(list(spread[1]), seed=2)
+    null = _synthetic_arm(list(spread[1] + 0.002), seed=3)
+    found, unplanted = judged([compare(arm, base, "primary"), compare(null, base, "primary")])
+    assert found["verdict"] == "better" and found["corrected_ci_lo"] > 0
+    assert found["diff"] == pytest.approx(0.25, abs=0.05) and found["detectable"] < 0.25
+    assert unplanted["verdict"] == "inside the noise"
+
+
+def test_seq_alp_and_seq_bypass_the_same_loss_read_inside_the_noise_on_the_committed_long_cells():
+    for periodic in (True, False):  # the primary endpoint and the last evaluation alone
+        records = _committed(LONG, periodic)
+        kind = "eval" if periodic else "last"
+        pair = judged([compare(records["seq_alp/lag2"][kind], records["seq_bypass/lag2"][kind], "primary")])[0]
+        assert pair["verdict"] == "inside the noise", pair
+        assert pair["ci_lo"] < 0 < pair["ci_hi"] and len(pair["per_seed"]) == 2
+
+
+def test_no_verdict_changes_with_the_bootstraps_rng_seed():
+    alp = _committed(ALP, periodic=False)
+    long = _committed(LONG, periodic=True)
+    # the README's old "+0.028" DPPO-TV lead, an ALP pair near the edge, the long suite's headline
+    pairs = [(alp, "dppo_tv/lag2", "grpo/lag2"), (alp, "token_alp/lag2", "token_mis/lag2"),
+             (long, "token_alp/lag2", "grpo/lag2")]
+    for records, arm, base in pairs:
+        runs = [judged([compare(records[arm]["eval"], records[base]["eval"], "exploratory", rng_seed=r)])[0]
+                for r in (0, 1, 2, 12345)]
+        assert len({c["verdict"] for c in runs}) == 1, (arm, base, [c["verdict"] for c in runs])
+        assert len({(c["ci_lo"], c["ci_hi"]) for c in runs}) == 1  # the interval over runs draws nothing
+        lows, highs = [c["eval_ci_lo"] for c in runs], [c["eval_ci_hi"] for c in runs]
+        assert max(lows) - min(lows) < 1e-3 and max(highs) - min(highs) < 1e-3  # stable to the third decimal
+
+
+def test_one_seed_gives_no_verdict():
+    arm, base = _synthetic_arm([0.3]), _synthetic_arm([0.0])
+    c = judged([compare(arm, base, "primary")])[0]
+    assert c["verdict"] == "one seed: no verdict" and c["detectable"] is None
+    assert interval_summary({"0:0": 1.0, "0:1": 0.0})["seeds"] == 1
