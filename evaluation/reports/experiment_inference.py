@@ -88,9 +88,12 @@ def percentile_interval(means: np.ndarray, level_alpha: float = ALPHA) -> tuple[
     return float(lo), float(hi)
 
 
-def t_interval(mean: float, se: float, df: int, level_alpha: float = ALPHA) -> tuple[float, float]:
+def t_interval(mean: float, se: float, df: int, level_alpha: float = ALPHA,
+               bounds: tuple[float, float] = (-1.0, 1.0)) -> tuple[float, float]:
+    """mean ± t · se, cut to what the quantity can be (a success rate's difference lies in [−1, 1]): with one or
+    two degrees of freedom the t quantile alone reaches far past it."""
     half = float(student_t.ppf(1 - level_alpha / 2, df)) * se
-    return mean - half, mean + half
+    return max(bounds[0], mean - half), min(bounds[1], mean + half)
 
 
 def t_p_value(mean: float, se: float, df: int) -> float:

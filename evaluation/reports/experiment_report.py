@@ -70,6 +70,18 @@ def endpoint_files(run: Path, cell: dict[str, Any], steps: int | None) -> list[P
     return [files[k] for k in sorted(files) if k > 0 and 2 * k >= steps]
 
 
+def borrowed_cells(out: Path, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The finished cells of the experiments the plan's `compare_with` names (directories relative to `out`, run
+    on the same seeds, tasks and start), each arm and cell named with its directory's: "grpo/lag2 (alp_math_tiny)".
+    A follow-up run compares its arms with an earlier run's this way instead of training them again."""
+    found = []
+    for other in plan.get("compare_with", []):
+        source = (out / other).resolve()
+        for cell in finished_cells(source, json.loads((source / "experiment.json").read_text())):
+            found.append(cell | {"arm": f"{cell['arm']} ({source.name})", "cell": f"{cell['cell']} ({source.name})"})
+    return found
+
+
 def arm_records(cells: list[dict[str, Any]], periodic_steps: int | None = None) -> dict[str, dict[str, list]]:
     """Per arm: the tagged endpoint records (`eval`), the tagged last-evaluation records (`last`), the
     robustness records and each cell's metrics records."""
@@ -131,7 +143,7 @@ def report_data(out: str | Path) -> dict[str, Any]:
     """Everything report.json holds: the plan, per-arm summaries, comparisons and their sentences."""
     out = Path(out)
     plan = json.loads((out / "experiment.json").read_text())
-    cells = finished_cells(out, plan)
+    cells = finished_cells(out, plan) + borrowed_cells(out, plan)
     periodic = bool(plan.get("horizon_report"))
     records = arm_records(cells, int(plan["steps"]) if periodic else None)
     arms = {}
@@ -161,6 +173,11 @@ def report_data(out: str | Path) -> dict[str, Any]:
             "cells_finished": len(done), "cells_planned": len(plan["cells"]),
             "cells_missing": [c["name"] for c in plan["cells"] if c["name"] not in done],
             "wall_s": sum(float(c.get("wall_s", 0)) for c in cells), "cells": cell_rows_data(cells)} | horizon
+
+
+def _detectable(value: float | None) -> str:
+    """A detectable difference of success rates past 1 is none at all."""
+    return "–" if value is None else "none (> 1)" if value > 1 else f"{value:.3f}"
 
 
 def _f(value: Any, fmt: str = ".3f") -> str:
@@ -201,7 +218,7 @@ def comparison_rows(comparisons: list[dict[str, Any]]) -> list[list[str]]:
     return [[c["arm"], c["baseline"], c["family"], f"{c['diff']:+.3f}", interval(c["ci_lo"], c["ci_hi"]),
              interval(c.get("corrected_ci_lo"), c.get("corrected_ci_hi")),
              interval(c.get("eval_ci_lo"), c.get("eval_ci_hi")),
-             ", ".join(f"{v:+.3f}" for v in c.get("per_seed", {}).values()), _f(c.get("detectable")),
+             ", ".join(f"{v:+.3f}" for v in c.get("per_seed", {}).values()), _detectable(c.get("detectable")),
              f"{c['seeds']} × {c['problems'] // max(1, c['seeds'])}", c["verdict"]] for c in comparisons]
 
 

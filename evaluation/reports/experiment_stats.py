@@ -179,6 +179,8 @@ def sentence(arm: str, baseline: str, c: Mapping[str, Any], scale_words: str) ->
     numbers = (f"{c['diff']:+.3f} held-out success ({c['arm_success']:.3f} vs {c['baseline_success']:.3f}), "
                f"{interval} ({where} tasks)")
     if c["verdict"] == "inside the noise":
-        detect = f"; the design detects about ±{c['detectable']:.3f}" if c.get("detectable") is not None else ""
+        detectable = c.get("detectable")
+        detect = ("" if detectable is None else "; no difference is detectable with these seeds" if detectable > 1
+                  else f"; the design detects about ±{detectable:.3f}")
         return f"{head} {arm} and {baseline} differ inside the noise: {numbers}{detect}."
     return f"{head} {arm} is {c['verdict']} than {baseline}: {numbers}."
