@@ -227,6 +227,33 @@ def robustness_rows(data: dict[str, Any]) -> list[list[str]]:
             for name, a in data["arms"].items() for r in a.get("robustness", [])]
 
 
+FAILURE_HEADER = ["arm", "failed samples", "copy", "no tool result", "no answer", "wrong program", "no reply kept"]
+FAILURE_NOTE = ("`copy`: the boxed answer is not the last tool result; `no tool result`: no program ran; `no answer`: "
+                "no boxed answer; `wrong program`: the boxed answer is the tool's result and it is wrong "
+                "(evaluation/reports/experiment_stats.py `failure_kinds`). Shares of the failed samples.")
+
+
+def failure_rows(data: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, a in data["arms"].items():
+        kinds = a.get("failures")
+        if kinds:
+            total = sum(kinds.values())
+            rows.append([name, str(total), *(f"{kinds[k] / total:.0%}" for k in
+                                              ("copy", "no_tool_result", "no_answer", "wrong_program",
+                                               "no_reply_recorded"))])
+    return rows
+
+
+def task_type_rows(data: dict[str, Any]) -> list[list[str]]:
+    """Header then one row per arm, where the held-out set has several task types."""
+    typed = {name: a["by_task_type"] for name, a in data["arms"].items() if a.get("by_task_type")}
+    if not typed:
+        return []
+    types = sorted({t for v in typed.values() for t in v})
+    return [["arm", *types], *([name, *(_f(v.get(t)) for t in types)] for name, v in typed.items())]
+
+
 PERTURBATION_HEADER = ["arm", "realized noise rms(h̃−h)/rms(h)", "|Δp| P75", "|Δp| P99", "sampler |π_old−μ| P75",
                        "(P99)", "σ drift (last/first)", "loss ratio P2 (min)", "P98 (max)", "held-out success"]
 
@@ -291,6 +318,10 @@ def markdown(data: dict[str, Any]) -> str:
     if data.get("comparisons_last_eval"):
         parts += ["## Paired differences at the last evaluation (secondary endpoint)",
                   _md_table(COMPARISON_HEADER, comparison_rows(data["comparisons_last_eval"]))]
+    if failures := failure_rows(data):
+        parts += ["## Why held-out samples failed", FAILURE_NOTE, _md_table(FAILURE_HEADER, failures)]
+    if types := task_type_rows(data):
+        parts += ["## Held-out success per task type", _md_table(types[0], types[1:])]
     if robustness_rows(data):
         parts += ["## Robustness of the final checkpoints",
                   _md_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]
@@ -387,6 +418,11 @@ def render_html(out: Path, data: dict[str, Any]) -> str:
     if data.get("comparisons_last_eval"):
         parts += ["<h2>Paired differences at the last evaluation (secondary endpoint)</h2>",
                   _html_table(COMPARISON_HEADER, comparison_rows(data["comparisons_last_eval"]))]
+    if failures := failure_rows(data):
+        parts += ["<h2>Why held-out samples failed</h2>", f"<p>{html.escape(FAILURE_NOTE)}</p>",
+                  _html_table(FAILURE_HEADER, failures)]
+    if types := task_type_rows(data):
+        parts += ["<h2>Held-out success per task type</h2>", _html_table(types[0], types[1:])]
     if robustness_rows(data):
         parts += ["<h2>Robustness of the final checkpoints</h2>",
                   _html_table(["arm", "condition", "success", "95% interval", "retention"], robustness_rows(data))]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -77,7 +78,42 @@ def arm_summary(records: Sequence[Record]) -> dict[str, Any]:
             "ci_hi": None if hi is None else min(1.0, hi),  # a success rate's interval, cut to [0, 1]
             "eval_ci_lo": stats["eval_ci"][0], "eval_ci_hi": stats["eval_ci"][1], "problems": len(groups),
             "samples_per_task": n, "seeds": sorted({int(r["seed"]) for r in records}), "per_seed": stats["per_seed"],
-            "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, c, k) for c in wins) for k in k_values(n)}}
+            "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, c, k) for c in wins) for k in k_values(n)},
+            "failures": failure_kinds(records), "by_task_type": by_task_type(records)}
+
+
+SIMPLETIR_RESULT = re.compile(r"Code execution result: ([^\n]*)")
+"""The tool result as the demo's TIR style (envs/tir/styles.py, simpletir) shows it in a reply."""
+
+
+def failure_kinds(records: Sequence[Record]) -> dict[str, int] | None:
+    """Why an arm's held-out samples failed, where the records carry TIR replies in the simpletir style: `copy` (the
+    boxed answer is not the last tool result: the program was right or wrong, the copy differs), `no_tool_result`,
+    `no_answer` (a tool result but no boxed answer), `wrong_program` (the boxed answer is the tool's result, and
+    wrong), `no_reply_recorded`. None for records without replies (household, shop) or in another style."""
+    failed = [r for r in records if not r["won"]]
+    if not any("response" in r for r in failed):
+        return None
+    kinds = {"copy": 0, "no_tool_result": 0, "no_answer": 0, "wrong_program": 0, "no_reply_recorded": 0}
+    for r in failed:
+        if "response" not in r:  # an episode that ended before a reply was kept (an engine or sandbox error)
+            kinds["no_reply_recorded"] += 1
+            continue
+        results = SIMPLETIR_RESULT.findall(str(r["response"]))
+        answer = (r.get("extracted_answer") or "").strip()
+        kind = ("no_tool_result" if not results else "no_answer" if not answer
+                else "copy" if results[-1].strip() != answer else "wrong_program")
+        kinds[kind] += 1
+    return kinds if kinds["copy"] + kinds["no_answer"] + kinds["wrong_program"] > 0 else None
+
+
+def by_task_type(records: Sequence[Record]) -> dict[str, float] | None:
+    """Success per task type (mean over its problems), where the held-out set has more than one."""
+    types = {str(r.get("task_type")) for r in records if "task_type" in r}
+    if len(types) < 2:
+        return None
+    return {t: statistics.fmean(per_problem_success([r for r in records if str(r.get("task_type")) == t]).values())
+            for t in sorted(types)}
 
 
 def compare(arm: Sequence[Record], baseline: Sequence[Record], family: str = "exploratory", *,

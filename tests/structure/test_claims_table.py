@@ -16,8 +16,9 @@ DOCS = ROOT / "docs" / "experiments.md"
 README = ROOT / "README.md"
 
 HEADING = "## Claims at this scale"
-COLUMNS = ["id", "claim", "paper", "verdict", "effect [95% interval]", "suite · seeds · commit"]
-VERDICTS = ("holds", "does not hold", "inside the noise", "untested")
+COLUMNS = ["id", "claim", "paper", "verdict",
+           "effect [interval over runs, 95%; primary comparisons Holm-corrected]", "suite · seeds · commit"]
+VERDICTS = ("holds", "does not hold", "inside the noise", "untested", "no committed evidence")
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 UNTESTED_EFFECT = "–"  # an en dash: the docs' mark for "no number"
 
@@ -94,7 +95,7 @@ def known_suites(text: str) -> set[str]:
     return set(re.findall(r"^\| `([a-z_]+)` \|", _section(text, "## Suites\n"), flags=re.M))
 
 
-def test_every_verdict_is_one_of_four_and_ids_are_unique():
+def test_every_verdict_is_one_of_five_and_ids_are_unique():
     rows = claims_table()
     bad = [f"{r.id}: {r.verdict!r}" for r in rows if r.verdict not in VERDICTS]
     assert not bad, f"verdicts must be one of {VERDICTS}; found {bad}"
