@@ -15,6 +15,7 @@ torch.set_num_threads(1)
 DOCKER_GROUP = ("tests/docker/", "tests/sandbox/test_docker_backend.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks to tag each test's nodeid
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = item.nodeid.split("::")[0]
