@@ -55,6 +55,7 @@ from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
 from trainer.config.errors import ConfigError
+from trainer.config.rollout_config import INFRA_FAILURE_POLICIES
 from trainer.objective.advantages import ADVANTAGE_ESTIMATORS
 from trainer.objective.corrections import CORR_LEVELS, CORRECTIONS, MIS_SEMANTICS
 from trainer.objective.gigpo import STEP_NORMS
@@ -98,6 +99,7 @@ RANGES: tuple[Check, ...] = (
     ("env.invalid_action_penalty", ">= 0 (it is subtracted)", lambda v: v >= 0),
     ("rollout.temperature", "> 0 (log-probs use logits / temperature)", lambda v: v > 0),
     ("rollout.top_p", "0 < top_p <= 1", lambda v: 0 < v <= 1),
+    ("rollout.top_k", ">= 0 (0: every token)", lambda v: v >= 0),
     ("rollout.max_new_tokens", ">= 1", lambda v: v >= 1),
     ("rollout.max_response_tokens", ">= 1", lambda v: v >= 1),
     ("rollout.max_obs_tokens", ">= 1", lambda v: v >= 1),
@@ -193,6 +195,8 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("rollout.engine", r.engine, ENGINE_KINDS, "a rollout engine"),
             *_choice("rollout.schedule", r.schedule, list(SCHEDULES), "a rollout schedule"),
             *_choice("rollout.staleness_policy", r.staleness_policy, list(STALENESS_POLICIES), "a staleness policy"),
+            *_choice("rollout.infra_failures", r.infra_failures, list(INFRA_FAILURE_POLICIES),
+                     "an infrastructure-failure policy"),
             *_choice("rollout.dtype", r.dtype, list(dtypes), f"a dtype of rollout.engine={r.engine}"),
             *_choice("env.id", e.id, list(ENV_FAMILIES), "an alprl env id"),
             *_choice("env.style", e.style, list(STYLES), "a TIR style"),

@@ -1,0 +1,100 @@
+"""The rollout section of the run config (`rollout.*`): the sampler, its budgets, its mismatch knobs and how
+episodes are scheduled. Part of the config tree of trainer/config/train_config.py, one dataclass a concern."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+INFRA_FAILURE_POLICIES = ("exclude", "resample", "zero")
+"""What `rollout.infra_failures` may be; agents/rollout.py and the advantage stage act on it."""
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "auto"
+    """Rollout engine: auto (vllm when importable, else hf) | vllm | hf (transformers, KV-cached batched sampling)."""
+    schedule: str = "auto"
+    """Episode scheduling: auto | overlapped (each episode advances on its own while others wait for env steps;
+    vllm only) | turn_by_turn (all episodes generate, then all step). auto: overlapped on a GPU sampler, turn by
+    turn where sampler and envs share the CPU (see agents/rollout.py)."""
+    dtype: str = "bfloat16"
+    """Sampler dtype. bf16 vs the fp32 trainer creates the rollout/training mismatch on purpose."""
+    temperature: float = 1.0
+    """Sampling temperature; the trainer computes log-probs on logits / temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling: the sampler keeps the smallest set of tokens with probability mass ≥ top_p. The trainer
+    replays the same truncation on its own logits (trainer/objective/logprobs.py), so its log-probs are of the
+    distribution the sampler sampled from and every ratio is 1 when the weights agree."""
+    top_k: int = 0
+    """Top-k sampling: the sampler keeps the k most probable tokens (0: all). Replayed by the trainer like top_p."""
+    max_new_tokens: int = 64
+    """Token budget of one assistant turn."""
+    max_response_tokens: int = 256
+    """Total response budget (assistant + observation tokens); exceeding it truncates the episode. The model's
+    context must hold it plus the prompt (`alprl sft` sizes the tiny model's; a full context also truncates)."""
+    max_obs_tokens: int = 64
+    """Observation tokens appended per tool call (cut on token ids)."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """More token ids that end an assistant turn (finish reason eos: the episode ends there), on top of the
+    tokenizer's eos and its chat template's end-of-turn token, which every turn stops on already
+    (agents/control_tokens.py). Both engines stop on the same ids."""
+    episode_timeout_s: float = 0.0
+    """Wall-clock limit of one episode, checked between turns (0: none); past it: truncated, reward 0."""
+    infra_failures: str = "exclude"
+    """Episodes whose outcome is not the policy's (a tool call the sandbox could not run after its retries, an
+    engine error, a context overflow a tool caused, an environment timeout): exclude (out of the loss and of their
+    group's advantage statistics; a group left with fewer than two valid members contributes nothing) | resample
+    (sample the task again, up to the group's size, then exclude what still fails) | zero (keep them as reward 0
+    in their group, as most trainers do: a fake zero that shifts every other member's advantage). Counted per step
+    in rollout/infra_excluded."""
+    env_concurrency: int = 8
+    """Threads stepping envs at once: bounds the concurrent requests toward the sandbox."""
+    prompts_per_step: int = 16
+    """Distinct tasks per rollout batch."""
+    group_size: int = 8
+    """Samples per task (GRPO group size G)."""
+    gpu_memory_utilization: float = 0.5
+    """vLLM on GPU: share of GPU memory for sampler weights + KV cache (the trainer needs the rest)."""
+    tensor_parallel_size: int = 1
+    """vLLM: GPUs per rollout engine (tensor parallelism)."""
+    quantization: str = ""
+    """vLLM's own sampler weight quantization (real quantized kernels), a mismatch knob: empty (none) | fp8 (GPU
+    only). For fake quantization on any engine and machine see sampler_quant."""
+    sampler_quant: str = ""
+    """Fake quantization of the weights the trainer pushes into the sampler, a mismatch knob on any engine and
+    machine: empty (none) | int8 | int4 (any of int2..int8) | fp8 (= fp8_e4m3) | fp8_e5m2. Round-to-nearest,
+    symmetric, of every nn.Linear weight in the decoder layers (the robustness evaluator's quantizers), at the
+    engine's first load and every sync; the trainer keeps full precision (trainer/runtime/sampler_mismatch.py). Unlike
+    `quantization`, the sampler computes in rollout.dtype; the two compose."""
+    sampler_quant_group: int = 0
+    """rollout.sampler_quant's group size: one scale per this many inputs of a weight row (e.g. 32, 128); 0: one
+    scale per output channel."""
+    policy_lag: int = 0
+    """Policy lag k, a staleness knob: the rollouts of step s are sampled with the weights after step s − 1 − k
+    (the start weights while s ≤ k), as asynchronous trainers produce; the trainer's θ_old stays current. Costs
+    k + 1 CPU copies of the weights; a resume restarts the lag from the checkpoint's weights. 0: on-policy
+    sampler. Needs algo.mipu_screen=false."""
+    async_rollouts: bool = False
+    """Overlap the next steps' rollouts with the current update (a background thread samples ahead;
+    trainer/runtime/async_rollouts.py). The schedule is fixed, not timed: batch s is sampled with the weights after update
+    max(0, s − 1 − a), a = max_staleness (wait) or async_prefetch (drop), so runs and resumes are reproducible.
+    Each sample's lag is `info["policy_lag"]`, logged as rollout/policy_lag_mean and _max. Needs policy_lag=0
+    (two ways of producing lag), algo.mipu_screen=false, enable_sleep_mode=false and one process (data-parallel
+    async rollouts are not supported)."""
+    max_staleness: int = 1
+    """The bound on the policy lag, in updates, of every sample used under async_rollouts; >= 1."""
+    staleness_policy: str = "wait"
+    """What bounds the lag under async_rollouts: wait (the producer never samples more than max_staleness updates
+    ahead, so no sample exceeds the bound) | drop (the producer samples up to async_prefetch batches ahead; a batch
+    whose lag at use exceeds max_staleness is dropped, counted in rollout/async_dropped, and replaced by a fresh
+    rollout sampled with the current weights, lag 0)."""
+    async_prefetch: int = 0
+    """Batches the producer samples ahead under staleness_policy=drop; 0: max_staleness (then nothing is
+    dropped). Unused under wait."""
+    kv_cache_dtype: str = "auto"
+    """vLLM KV-cache dtype, a mismatch knob: auto (= dtype) | fp8 (GPU)."""
+    max_model_len: int = 0
+    """vLLM context length (prompt + response tokens); 0: the model config's `max_position_embeddings`, which the
+    transformers engine always uses."""
+    enable_sleep_mode: bool = False
+    """vLLM on GPU: free sampler weights + KV cache while the trainer updates (no effect on CPU)."""
