@@ -5,7 +5,8 @@ assistant turn texts and the observations the real env returned after each of th
 these exactly like rollouts. Example i plays the train task at global index `envs.splits.sft_index(i)`, a range
 RL never samples. A new env family registers its player in `agents/env_families.py`.
 
-`cfg` is the run config (`trainer.config.train_config.TrainConfig`: its `seed`, `env` and `sft` sections are read).
+`cfg` is the run config (`trainer.config.train_config.TrainConfig`: its `env` and `sft` sections, the
+warm start's own `sft.seed` among them, are read).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ ExpertPlayer = Callable[[Any, gym.Env, int], ExpertEpisode]
 
 def expert_rng(cfg: Any, index: int) -> random.Random:
     """The expert's own randomness for example `index` (its skips, miscopies, exploration order)."""
-    return random.Random(derive_seed("expert", cfg.seed, index))
+    return random.Random(derive_seed("expert", cfg.sft.seed, index))
 
 
 def sft_reset(env: gym.Env, index: int) -> str:

@@ -5,7 +5,7 @@ A *setting* is a named set of config overrides (a mismatch, a layer range, a σ0
 `<out>/<method>__<setting>__seed<k>/`, an ordinary run directory. What keeps cells comparable:
 - the same SFT start: every cell trains from one warm start (`model.path=`), the recipe's `sft.output_dir`
   (built once if missing; `--scale smoke` builds a tiny one in `<out>/sft` so the recipe's is never rebuilt);
-  `model.path` also skips the warm start's seed check, so cells of every seed start from the same weights;
+  the warm start's own seed is `sft.seed`, not the cells' RL `seed`, so cells of every seed start from the same weights;
 - the same tasks for a given seed: training tasks and evaluation sampling derive from `seed` only
   (trainer/tasks.py, trainer/config/run_config.py `eval_settings`);
 - the same held-out tasks: test indices 0..eval_tasks-1 of the run's own evaluation after its last step.

@@ -128,3 +128,21 @@ def test_an_experiment_cell_runs_its_method_as_the_preset_defines_it():
     recipe = str(CONFIG_DIR / "household_tiny.yaml")
     assert build_config(recipe, ["algorithm=grpo"]).algo.loss_agg == "seq-mean-token-mean"
     assert cell_config(recipe, ["algorithm=grpo"]).algo.loss_agg == "token-mean"
+
+
+def test_one_warm_start_serves_every_rl_seed_and_keeps_its_fingerprint(tmp_path):
+    import json
+
+    from trainer.sft.cache import META_FILE, check_warm_start, sft_fingerprint
+
+    built = build_config("configs/demo.yaml", [f"sft.output_dir={tmp_path}"])
+    (tmp_path / META_FILE).write_text(json.dumps({"fingerprint": sft_fingerprint(built)}))
+    for seed in ("seed=1", "seed=7"):  # the RL seed: the same warm start, accepted
+        cfg = build_config("configs/demo.yaml", [seed, f"sft.output_dir={tmp_path}"])
+        assert sft_fingerprint(cfg) == sft_fingerprint(built)
+        check_warm_start(cfg)
+    other = build_config("configs/demo.yaml", ["sft.seed=1", f"sft.output_dir={tmp_path}"])
+    assert sft_fingerprint(other) != sft_fingerprint(built)  # the warm start's own seed is in its key
+    # a start built before the SFT seed had its own key (the alp_acting suite's, committed) keeps its fingerprint
+    kept = json.loads((ROOT / "docs/experiments/alp_acting/warm_start" / META_FILE).read_text())
+    assert sft_fingerprint(build_config("configs/demo.yaml")) == kept["fingerprint"]

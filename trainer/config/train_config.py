@@ -164,6 +164,9 @@ class SFTConfig:
     continues from the last one. Does not change the result, so not part of the SFT cache key."""
     torch_threads: int = 0
     """Torch threads while SFT trains (0: the run's `torch_threads`); not in the SFT cache key, like save_every."""
+    seed: int = 0
+    """The warm start's own seed (expert data, model init, batch order), in its cache key. The run's `seed` is the
+    RL seed and leaves the warm start alone, so RL runs of many seeds start from one SFT model."""
 
 
 @dataclass

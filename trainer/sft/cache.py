@@ -29,8 +29,10 @@ def sft_inputs(cfg: TrainConfig) -> dict:
     env = {k: v for k, v in asdict(cfg.env).items() if k not in RL_ONLY_ENV_KEYS}
     model = ({k: v for k, v in asdict(cfg.model).items() if k != "path"} if not cfg.model.path
              else {"base": base_identity(cfg)})  # a checkpoint's own sizes and tokenizer replace the tiny model's
-    sft = {k: v for k, v in asdict(cfg.sft).items() if k not in ("output_dir", "save_every", "torch_threads")}
-    return {"sft": sft, "model": model, "env": env, "seed": cfg.seed,
+    sft = {k: v for k, v in asdict(cfg.sft).items() if k not in ("output_dir", "save_every", "torch_threads", "seed")}
+    # the SFT seed under the key the RL seed had before the two were split, so a warm start built at seed 0 keeps
+    # its fingerprint
+    return {"sft": sft, "model": model, "env": env, "seed": cfg.sft.seed,
             "max_obs_tokens": cfg.rollout.max_obs_tokens,  # observations are cut in the SFT data too
             "agent_format": env_entry(cfg.env.id).agent_format, "expert_data_version": EXPERT_DATA_VERSION}
 

@@ -137,7 +137,7 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
         return out
     if force:
         sft_resume.clear(out)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.sft.seed)
     t0 = time.monotonic()
     base_model, base_tokenizer = sft_base.load_base(cfg) if cfg.model.path else (None, None)
     prepared = sft_resume.load_prepared(out, fingerprint)
@@ -158,7 +158,7 @@ def run_sft(cfg: TrainConfig, *, show_progress: bool = True, force: bool = False
         model = build_tiny_model(tokenizer, hidden_size=cfg.model.hidden_size, num_layers=cfg.model.num_layers,
                                  num_heads=cfg.model.num_heads, num_kv_heads=cfg.model.num_kv_heads,
                                  intermediate_size=cfg.model.intermediate_size,
-                                 max_position_embeddings=info["context"], seed=cfg.seed)
+                                 max_position_embeddings=info["context"], seed=cfg.sft.seed)
     t1 = time.monotonic()
     logger = MetricLogger(out, resume_step=start)
     run_threads = torch.get_num_threads()
@@ -219,7 +219,7 @@ def train_on_sequences(model: torch.nn.Module, data: list[tuple[list[int], list[
     The floor matters for tiny models: copying numbers (induction) appears abruptly after a few hundred
     steps, and a schedule that has already decayed to ~0 by then never gets there.
     """
-    rng = random.Random(derive_seed("sft-batches", cfg.seed))
+    rng = random.Random(derive_seed("sft-batches", cfg.sft.seed))
     steps_per_epoch = math.ceil(len(data) / cfg.sft.batch_size)
     total = steps_per_epoch * cfg.sft.epochs
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, betas=(0.9, 0.95), weight_decay=0.01)
