@@ -29,6 +29,7 @@ from agents.experts import (
 from agents.household_agent import HOUSEHOLD_SYSTEM_PROMPT, HouseholdAgent, StepContext
 from agents.projection import ActionProjection
 from agents.rollout import Agent
+from agents.templates.check import strip_refusal
 from agents.tir_agent import SingleTurnMathAgent, TIRAgent
 from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent
 from envs import ADAPTER_TWINS  # (importing envs registers the alprl/* environments)
@@ -36,7 +37,7 @@ from envs.adapters.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES
 from envs.household import TASK_TYPES as HOUSEHOLD_TASK_TYPES
 from envs.splits import SPLIT_SIZES, check_split
 from envs.tir.problems import ProblemSource
-from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT, get_style
+from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT, STYLES, get_style
 from envs.tir.tasks import GENERATORS as TIR_TASK_TYPES
 
 
@@ -125,8 +126,29 @@ def env_entry(env_id: str) -> EnvEntry:
     return entry
 
 
+def think_history_refusal(env_cfg: Any, tokenizer: PreTrainedTokenizerBase | None = None) -> str | None:
+    """Why `env.think_history=strip` cannot hold for this env and style (and, given the tokenizer, its chat template:
+    `agents.templates.check.strip_refusal`); None where it holds or the policy is keep. Only an env whose agent takes
+    a function-calling style (hermes) can make assistant turns of their own; every other keeps an episode in one
+    assistant message, with no earlier turn to strip."""
+    if getattr(env_cfg, "think_history", "keep") != "strip":
+        return None
+    entry = env_entry(env_cfg.id)
+    style = STYLES.get(env_cfg.style) if entry.styled else None
+    if style is None or style.tool_schema is None:
+        what = f"{entry.env_id} with env.style={env_cfg.style}" if entry.styled else entry.env_id
+        return (f"env.think_history=strip: {what} keeps each episode in one assistant message, which has no "
+                "earlier assistant turn to strip; use keep (strip needs hermes tool turns: env.style=hermes on "
+                f"{', '.join(e.env_id for e in ENTRIES if e.styled)})")
+    return None if tokenizer is None else strip_refusal(entry.make_agent(tokenizer, env_cfg.style))
+
+
 def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
-    """The agent for `env_cfg.id` (anything with `.id` and `.style`)."""
+    """The agent for `env_cfg.id` (anything with `.id` and `.style`); raises ValueError for an
+    `env.think_history=strip` that cannot hold (`think_history_refusal`)."""
+    refusal = think_history_refusal(env_cfg, tokenizer)
+    if refusal:
+        raise ValueError(refusal)
     return env_entry(env_cfg.id).make_agent(tokenizer, env_cfg.style)
 
 

@@ -1,5 +1,6 @@
 """Multi-turn rollout driver: the ONLY place that builds `loss_mask` (through `Trajectory.append`; a whole episode
-leaves the loss through `Trajectory.mask_out`, here and in DAPO's overlong filter, trainer/algorithms/dapo.py).
+leaves the loss through `Trajectory.mask_out`, here, in DAPO's overlong filter, trainer/algorithms/dapo.py, and for
+a group's lone valid member, trainer/objective/infra_failures.py).
 
 Each turn of an episode: its context (prompt + response so far) goes to the engine; the sampled tokens are
 appended with mask 1 and their engine log-probs; the decoded turn text goes to `env.step`; the observation is
@@ -10,10 +11,27 @@ gives one, else the full observation, before any cap), for step-level
 advantages. With `RolloutLimits.mask_void_turns`, an episode that ended
 on a void turn (no code, no answer) gets loss_mask 0 everywhere (`Trajectory.mask_out`): as in SimpleTIR, such a
 trajectory teaches nothing.
-An episode whose tool call the sandbox could not run (`info["sandbox_error"]` from the env: status SandboxError once
-the client's retries are spent, docs/sandbox.md) ends at that turn with reward 0 and is masked the same way, always:
-an outage is not a policy outcome. Both keep their reward-0 place in their group's advantage statistics, as void
-turns always have; only their tokens leave the loss. `info["sandbox_error"]` stays True for the episode.
+
+Infrastructure failures. An episode whose outcome is not the policy's ends with reward 0, out of the loss, marked
+`info["infra_failure"]` with its reason (`Trajectory.mark_infra_failure`, called in `run_episodes` only, from the
+facts the driver recorded); whether it keeps a place in its group's advantage statistics is
+`rollout.infra_failures` (trainer/objective/infra_failures.py). The line: an outcome is the policy's when it
+follows from the tokens the policy sampled under the task's rules (the turn limit, the response budget, the
+sandbox's run limits); it is not when it follows from the state or the limits of the machinery (an outage, an
+aborted request, a context the engine cannot hold, the batch's wall clock).
+- sandbox_error: a tool call came back SandboxError once the client's retries were spent (`info["sandbox_error"]`
+  from the env, docs/sandbox.md); the episode ends at that turn.
+- engine_error: the engine failed the episode's request (e.g. vLLM aborted it); the episode ends there. An engine
+  that died (`EngineDied`) fails every request and still ends the run.
+- context_overflow: the engine's context filled on tokens the policy did not sample: the observation (a tool's
+  output, an env page) that reached `max_model_len`, or a context already full before the policy's turn (the
+  prompt). The response budget reached first (`budget_exhausted`), or the policy's own turn filling the context,
+  is the policy's: it wrote those tokens.
+- episode_timeout: past `episode_timeout_s`. The deadline is the rollout call's (one per call, checked between
+  turns), so it measures the engine's and the sandbox's speed under the whole batch, not this episode's tokens.
+Timeouts that are the policy's: a program it wrote that runs past the sandbox's `run_timeout_s` comes back
+TimeLimitExceeded, an observation like any error (the episode goes on), and an answer that math-verify cannot grade
+within its time limit scores 0 (envs/tir/grading.py); both replay the same on any healthy sandbox.
 
 One driver (`_drive`) for every engine: a turn's request goes to `engine.submit`; each request's future hands its
 sampled turn to `pool` for the env step as soon as it resolves; the driver thread absorbs finished steps and posts
@@ -39,7 +57,7 @@ envs/tir/styles.py), whose call runs and whose episode goes on; the response
 budget (`max_response_tokens`, `info["budget_exhausted"]`) is spent; the context is full (the engine's
 `max_model_len`, `info["context_exhausted"]`; the observation that reaches either is cut to fit); or the episode
 ran longer than `episode_timeout_s` (checked between turns). The last three end the episode as truncated,
-reward 0.
+reward 0; a context the policy did not fill and the timeout are infrastructure failures (above).
 Seeds are per episode and turn, so an episode samples the same tokens under either schedule's request order.
 """
 
@@ -55,7 +73,7 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 
-from agents.engines.base import Engine, GenerationRequest, GenerationResult
+from agents.engines.base import Engine, EngineDied, GenerationRequest, GenerationResult
 from agents.trajectory import ANCHOR_OBS_KEY, Trajectory, state_key
 from envs.splits import derive_seed
 
@@ -167,11 +185,26 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
         if own_pool:
             pool.shutdown()
     for traj in trajs:
-        if traj.info.get("sandbox_error"):
-            traj.mask_out("sandbox_error")
+        reason = infra_failure_reason(traj.info)
+        if reason is not None:
+            traj.mark_infra_failure(reason)
         elif limits.mask_void_turns and traj.info["void_turn"]:
             traj.mask_out("void_turn")
     return trajs
+
+
+def infra_failure_reason(info: dict[str, Any]) -> str | None:
+    """Which infrastructure failure ended an episode, from the facts the driver recorded (module docstring);
+    None when its outcome is the policy's."""
+    if info.get("sandbox_error"):
+        return "sandbox_error"
+    if info.get("engine_error"):
+        return "engine_error"
+    if info.get("context_overflow"):
+        return "context_overflow"
+    if info.get("timed_out"):
+        return "episode_timeout"
+    return None
 
 
 def episode_seed(seed: int, index: int, turn: int) -> int:
@@ -207,6 +240,7 @@ class _Episode:
         stepping the env with an empty action."""
         if not res.token_ids and res.finish_reason == "length":
             traj.info["context_exhausted"] = True
+            traj.info["context_overflow"] = True  # full before the policy wrote a token of this turn
             return "", 0.0, False, True, {}
         text = self.take_turn(traj, res, state)
         if res.finish_reason == "eos":
@@ -227,6 +261,12 @@ class _Episode:
             return "", 0.0, True, False, {}
         obs, reward, _, truncated, info = env.step(action)
         return obs, reward, not truncated, truncated, info
+
+    @staticmethod
+    def engine_failed(traj: Trajectory, err: Exception) -> tuple:
+        """The engine failed this episode's request: the episode ends here, truncated (an env step that ends it)."""
+        traj.info["engine_error"] = f"{type(err).__name__}: {err}"
+        return "", 0.0, False, True, {}
 
     def timed_out(self, traj: Trajectory) -> bool:
         if self.deadline is None or time.monotonic() < self.deadline:
@@ -255,7 +295,14 @@ def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], stat
 
     def step_after(i: int, sampled: Future) -> None:  # runs in the env-step pool
         try:
-            done.put((i, episode.act(envs[i], trajs[i], sampled.result(), states[i]), None))
+            try:
+                res = sampled.result()
+            except EngineDied:
+                raise
+            except Exception as err:  # this request failed, not the engine: the episode ends, the others go on
+                done.put((i, episode.engine_failed(trajs[i], err), None))
+                return
+            done.put((i, episode.act(envs[i], trajs[i], res, states[i]), None))
         except BaseException as err:
             done.put((i, None, err))
 
@@ -304,7 +351,7 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
     for key in ("won", "void_turn", "num_tool_calls", "invalid_actions", "extracted_answer"):
         if key in info:
             traj.info[key] = info[key]
-    if info.get("sandbox_error"):  # the sandbox could not run a tool call: end here, run_episodes masks it out
+    if info.get("sandbox_error"):  # the sandbox could not run a tool call: end here, run_episodes marks it
         traj.info["sandbox_error"] = True
         traj.reward = 0.0
         traj.info["truncated"] = bool(truncated)
@@ -324,5 +371,7 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
         traj.reward = 0.0
         traj.info["truncated"] = True
         traj.info[full] = True
+        if full == "context_exhausted" and obs_ids:  # the observation's tokens, not the policy's, filled it
+            traj.info["context_overflow"] = True
         return False
     return True

@@ -65,17 +65,40 @@ class Trajectory:
 
     def mask_out(self, reason: str) -> None:
         """Leave the whole episode out of the loss: mask 0 and rollout log-prob 0.0 on every token (the invariant
-        above), `info["loss_masked"]` set and `info["masked_by"]` naming why. Its reward stays: it still counts in
-        its group's baseline. The one writer of an episode-wide mask (the rollout's sandbox errors and void turns,
-        DAPO's overlong filter)."""
+        above), `info["loss_masked"]` set and `info["masked_by"]` naming why. Its reward stays; whether it counts in
+        its group's baseline is trainer/objective/infra_failures.py's call (yes, unless the infrastructure failed
+        it). The one writer of an episode-wide mask (the rollout's infrastructure failures and void turns, DAPO's
+        overlong filter, the lone valid member of a group left without a baseline)."""
         self.loss_mask = [0] * len(self.response_ids)
         self.rollout_logprobs = [0.0] * len(self.response_ids)
         self.info["loss_masked"] = True
         self.info["masked_by"] = reason
 
+    def mark_infra_failure(self, reason: str) -> None:
+        """The episode's outcome is not the policy's: `info["infra_failure"]` = reason (one of
+        `INFRA_FAILURE_REASONS`) and out of the loss (`mask_out(reason)`). Called by agents/rollout.py only, once
+        the episode has ended, with reward 0 (the rollout, which writes rewards, ended it so); the run's
+        `rollout.infra_failures` decides what its group makes of it."""
+        if reason not in INFRA_FAILURE_REASONS:
+            raise ValueError(f"mark_infra_failure: unknown reason {reason!r}; "
+                             f"valid: {', '.join(INFRA_FAILURE_REASONS)}")
+        self.info["infra_failure"] = reason
+        self.mask_out(reason)
+
+    @property
+    def infra_failure(self) -> str | None:
+        """Why the infrastructure failed this episode (`mark_infra_failure`), or None."""
+        return self.info.get("infra_failure")
+
     @property
     def num_sampled_tokens(self) -> int:
         return sum(self.loss_mask)
+
+
+INFRA_FAILURE_REASONS = ("sandbox_error", "engine_error", "context_overflow", "episode_timeout")
+"""Why an episode's outcome is not the policy's (agents/rollout.py says when each applies): a tool call the sandbox
+could not run after the client's retries; the engine failed the episode's request; the context filled on tokens the
+policy did not sample (the prompt, a tool's output or an env page); the rollout call's wall-clock limit."""
 
 
 ANCHOR_OBS_KEY = "anchor_obs"

@@ -1,4 +1,4 @@
-"""`alprl` command line: train, sft, demo, report, eval, robustness, experiment, sandbox.
+"""`alprl` command line: train, sft, demo, report, eval, robustness, experiment, check-template, sandbox.
 
 Configs are YAML files overriding the dataclass defaults of trainer/config/train_config.py, plus `key=value`
 overrides (dotted keys, YAML values) and `algorithm=<preset>`, in the order `CONFIG_ORDER` states. A bad key or value
@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from app.check_template import add_check_template_parser, run_check_template_command
 from app.eval_cli import add_eval_parser, run_eval_command
 from app.experiment_run import add_experiment_parser, run_experiment_command
 from trainer.config.errors import ConfigError
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     _add_robustness_parser(sub)
     add_experiment_parser(sub)
+    add_check_template_parser(sub)
     sub.add_parser("sandbox", help="the code-execution service (alprl sandbox serve --help)", add_help=False)
     return parser
 
@@ -148,6 +150,10 @@ def robustness_settings(args: argparse.Namespace):
         settings, samples_per_task=args.samples or (settings.samples_per_task if run_cfg is not None else 1),
         greedy=True if args.greedy else False if args.sample else greedy,
         seed=settings.seed if args.seed is None else args.seed)
+    if not args.no_run_config and not path.is_file() and path.parent.is_dir():  # a missing checkpoint errors later
+        from app.eval_plan import defaults_notice
+
+        print(defaults_notice("robustness", args.checkpoint, [settings]), file=sys.stderr)
     return settings, {"settings_from": str(path) if run_cfg is not None else "alprl defaults (no run config)"}
 
 
@@ -248,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if getattr(args, "verbose", False):
         os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
+    if args.command == "check-template":
+        return run_check_template_command(args)
     if args.command == "robustness":
         return run_robustness_command(args)
     if args.command == "eval":

@@ -96,7 +96,8 @@ def build_engine(plan):
     else:
         model, tokenizer = load_model_and_tokenizer(plan.model)
     engine = make_engine(r.engine, model, tokenizer, model_path=plan.model, dtype=r.dtype,
-                         temperature=r.temperature, top_p=r.top_p, seed=plan.config.seed, schedule=r.schedule,
+                         temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=plan.config.seed,
+                         schedule=r.schedule,
                          gpu_memory_utilization=r.gpu_memory_utilization,
                          tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
                          kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None)

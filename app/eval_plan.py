@@ -16,6 +16,8 @@ Every file is loaded and checked here (`trainer.config.validation.validate_confi
 the engine starts. A plain Hugging Face model (no run config) gets the defaults plus a response budget a real model
 needs (`PLAIN_MODEL_BUDGET`); in single mode, when the run did not play single-turn math, the one turn may use the
 whole response budget (a tool turn's `rollout.max_new_tokens` is far too short for a chain of thought).
+A model without a run config gets one line on stderr naming the defaults it is played with (`defaults_notice`):
+a checkpoint whose run trained on other task types or limits scores far from its run's figure under them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ from agents.models import resolve_local
 from envs.datasets import DatasetError, fingerprint
 from envs.tir.problems import load_split
 from evaluation.eval_run import Benchmark
+from evaluation.evaluate import EvalSettings
 from trainer.config.errors import ConfigError
 from trainer.config.run_config import (
     DATASET_KEYS,
@@ -192,6 +196,26 @@ def ungradable_rows(env: EnvConfig, source: str, num_tasks: int) -> tuple[dict[s
                  for r in served.ungradable if r.index < num_tasks)
 
 
+def _described(s: EvalSettings) -> str:
+    """The settings that decide a score, in words: the env's (task types only where it generates its problems)."""
+    env = s.env
+    types = [] if env.eval_dataset else [f"task types {','.join(env.task_types) or 'all'}"]
+    decoding = "greedy" if s.greedy else f"temperature {s.temperature:g}"
+    return ", ".join([f"env {env.id}", *types, f"max_turns {env.max_turns}",
+                      f"{s.limits.max_response_tokens} response tokens ({s.limits.max_new_tokens} per turn)",
+                      f"{s.samples_per_task} sample{'s' if s.samples_per_task != 1 else ''} per task", decoding,
+                      f"seed {s.seed}"])
+
+
+def defaults_notice(command: str, model: str | Path, settings: Sequence[EvalSettings]) -> str:
+    """The line `alprl eval` and `alprl robustness` print on stderr when `model` has no run config: the defaults
+    they play it with, and how to give a run's settings instead (neither command reads another config file)."""
+    described = "; ".join(dict.fromkeys(_described(s) for s in settings))
+    return (f"alprl {command}: no {RUN_CONFIG_FILE} beside {model}: evaluating with alprl's defaults ({described}); "
+            f"to evaluate as a run did, copy its {RUN_CONFIG_FILE} there or give its settings as key=value "
+            "overrides (e.g. env.task_types=[multiply] env.max_turns=5)")
+
+
 def model_signature(model: Path) -> list[list[Any]]:
     """(name, bytes, mtime) of the model directory's files: a retrained or replaced model is other settings."""
     return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(model.iterdir()) if p.is_file()]
@@ -210,6 +234,8 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
         print(f"alprl eval: warning: {warning}", file=sys.stderr)
     mode = args.mode or default_mode(run_cfg)
     benchmarks = [make_benchmark(cfg, run_cfg, args, name, path, mode) for name, path in benches]
+    if run_cfg is None and not args.no_run_config:
+        print(defaults_notice("eval", model, [b.settings for b in benchmarks]), file=sys.stderr)
     r = cfg.rollout
     settings = {"model": str(model.resolve()), "model_files": model_signature(model), "engine": r.engine,
                 "dtype": r.dtype, "max_model_len": r.max_model_len, "quantization": r.quantization,

@@ -45,11 +45,11 @@ normalize_color, normalize_goal_option = matching.normalize_color, matching.norm
 
 THEFUZZ_VERSION = "0.19.0"
 NAMED: tuple[tuple[object, object, str], ...] = (
-    ("x-large", "xx-large", "issue 38: a bought x-large against a human goal's bare xx-large"),
-    ("x-large", ("size", "xx-large"), "issue 38: the same against a synthetic goal's (group, value) pair"),
-    ("1.7 oz", "1 oz", "issue 38: a bought 1.7 oz against a human goal's bare 1 oz"),
-    ("1.7 oz", ("size", "1 oz"), "issue 38: the same against a synthetic goal's (group, value) pair"),
-    ("xx-large", "x-large", "issue 38, the other way round"),
+    ("x-large", "xx-large", "near size: a bought x-large against a human goal's bare xx-large"),
+    ("x-large", ("size", "xx-large"), "near size: the same against a synthetic goal's (group, value) pair"),
+    ("1.7 oz", "1 oz", "near size: a bought 1.7 oz against a human goal's bare 1 oz"),
+    ("1.7 oz", ("size", "1 oz"), "near size: the same against a synthetic goal's (group, value) pair"),
+    ("xx-large", "x-large", "near size, the other way round"),
     ("x-large", "large", "near sizes credit each other bare"),
     ("7.5", "7", "'7 5' holds every token of '7'"),
     ("set of 6", "set of 4", "87.5 rounds half to even: 88"),

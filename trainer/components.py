@@ -135,7 +135,8 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
     r = cfg.rollout
     with visible_devices(ctx):  # a rank's colocated vLLM sees only the rank's own GPU
         engine = make_engine(r.engine, model, tokenizer, model_path=start, dtype=r.dtype,
-                             temperature=r.temperature, top_p=r.top_p, seed=cfg.seed, schedule=r.schedule,
+                             temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=cfg.seed,
+                             schedule=r.schedule,
                              gpu_memory_utilization=r.gpu_memory_utilization,
                              tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
                              kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None,

@@ -1,8 +1,9 @@
 """The RL loop, top to bottom. `train_step` is one iteration: the rollout, then `learn`, which is the list of the
 remaining stages, each a named call, in order:
 
-    rollout (`collect_step`) → `rollout_metrics` → `overlong_shaping` → batch (`prepare_batch`: old log-probs →
-    advantages → corrections → (QUATRO duals)) → `sprpo_allocation` → `mismatch_report` → `update` (mini-batch
+    rollout (`collect_step`) → `rollout_metrics` → `settle_infra_failures` → `overlong_shaping` → batch
+    (`prepare_batch`: old log-probs → advantages → corrections → (QUATRO duals)) → `sprpo_allocation` →
+    `mismatch_report` → `update` (mini-batch
     steps, each `update_policy` in trainer/update.py, Table 5's `RatioProbe` on the first and last) → engine sync
     (the sampler's view: trainer/runtime/sampler_mismatch.py), with MIPU's screening as one explicit branch around update
     + sync (`candidate_snapshot`, then `mipu_screening`: validation rollouts → the same `prepare_batch` → gap proxy
@@ -12,9 +13,11 @@ With `rollout.async_rollouts` the rollout stage takes the batch a background pro
 engine sync is the producer's (trainer/runtime/async_rollouts.py: the schedule, the staleness bound, resume).
 
 Stages return what they compute; `prepare_batch` alone assigns it to the batch, for the update and for MIPU's
-validation batch alike (the rollout, and DAPO's overlong filter through the same `Trajectory.mask_out`, alone write
-its loss mask). Components (model, engine, envs, agent) come from `trainer/components.py`, task selection from
-`trainer/tasks.py`, per-algorithm state (`AlgorithmState`) is saved with every checkpoint.
+validation batch alike (the rollout, and DAPO's overlong filter and `settle_infra_failures` through the same
+`Trajectory.mask_out`, alone write its loss mask). Who counts in a group's advantage statistics is
+`advantage_members` (trainer/objective/infra_failures.py), asked by every stage that forms groups. Components
+(model, engine, envs, agent) come from `trainer/components.py`, task selection from `trainer/tasks.py`,
+per-algorithm state (`AlgorithmState`) is saved with every checkpoint.
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ from trainer.diagnostics.scatter import is_periodic_step, save_scatter
 from trainer.objective.advantages import broadcast_advantages, group_advantages
 from trainer.objective.corrections import prepare_corrections
 from trainer.objective.gigpo import gigpo_token_advantages
+from trainer.objective.infra_failures import advantage_members, resampling, settle_infra_failures
 from trainer.objective.logprobs import old_logprobs
+from trainer.objective.truncation import TruncationProbe
 from trainer.objective.types import Batch, collate
 from trainer.reference import kl_reward_penalty, reference_logprobs
 from trainer.runtime.async_rollouts import AsyncRollouts, start_async
@@ -88,8 +93,9 @@ def collect_rollouts(c: Components, cfg: TrainConfig, step: int) -> list[Traject
 
 def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Trajectory], dict[str, float]]:
     """This rank's rollouts of the step and their sampling metrics; with `algo.dynamic_sampling` zero-variance
-    groups are dropped and refilled (trainer/algorithms/dapo.py). Each episode samples with the seeds it has in the whole
-    step's batch, so N ranks play the episodes one process would."""
+    groups are dropped and refilled (trainer/algorithms/dapo.py), with `rollout.infra_failures=resample` episodes
+    the infrastructure failed are played again first (trainer/objective/infra_failures.py). Each episode samples
+    with the seeds it has in the whole step's batch, so N ranks play the episodes one process would."""
     every = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
     specs, first = rank_share(every, c.dist)
     limits = rollout_limits(cfg)
@@ -98,6 +104,8 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
         return run_episodes(c.engine, c.agent, c.envs, batch_specs, limits, seed=seed, pool=c.pool,
                             first_index=first)
 
+    if cfg.rollout.infra_failures == "resample":
+        run = resampling(run)
     seed = derive_seed("rollout", cfg.seed, step)
     if cfg.algo.dynamic_sampling:
         return collect_dynamic(cfg, step, specs, run, seed, c.dist.rank, c.dist.world_size,
@@ -105,15 +113,16 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
     return run(specs, seed), {}
 
 
-def compute_advantages(batch: Batch, cfg: TrainConfig, trajs: list[Trajectory],
+def compute_advantages(batch: Batch, cfg: TrainConfig, trajs: list[Trajectory], members: torch.Tensor,
                        per_episode: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
     """Advantages over the sampled tokens, (B, T): GRPO's group advantage per episode, or with
     `algo.advantage=gigpo` GiGPO's per turn (trainer/objective/gigpo.py, which reads the trajectories' turns) unless
-    `per_episode` asks for the episode's own."""
+    `per_episode` asks for the episode's own. `members` (B,) bool: the rows that count in their group's statistics
+    (`advantage_members`)."""
     if cfg.algo.advantage == "gigpo" and not per_episode:
-        return gigpo_token_advantages(batch, cfg.algo, trajs)
-    adv, metrics = group_advantages(batch.rewards, batch.group_ids, norm_by_std=cfg.algo.adv_norm_by_std,
-                                    leave_one_out=cfg.algo.adv_leave_one_out)
+        return gigpo_token_advantages(batch, cfg.algo, trajs, members)
+    adv, metrics = group_advantages(batch.rewards, batch.group_ids, members=members,
+                                    norm_by_std=cfg.algo.adv_norm_by_std, leave_one_out=cfg.algo.adv_leave_one_out)
     return broadcast_advantages(adv, batch.loss_mask), metrics
 
 
@@ -146,7 +155,7 @@ def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str
     metrics["loss/first_minibatch"] = records[0]["loss/policy"]
     if diagnose:
         metrics |= policy_drift(c.model, batch, cfg.algo, cfg.rollout.temperature, cfg.optim.micro_batch_size,
-                                max_rows=cfg.diagnostics.rows)
+                                max_rows=cfg.diagnostics.rows, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k)
     return metrics
 
 
@@ -191,13 +200,18 @@ def prepare_batch(c: Components, cfg: TrainConfig, trajs: list[Trajectory],
     """
     batch = collate(trajs, c.tokenizer.pad_token_id)
     metrics: dict[str, float] = {}
-    batch.old_logp = old_logprobs(c.model, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
+    r, truncation = cfg.rollout, TruncationProbe()  # the sampler's top-p / top-k, replayed by every log-prob pass
+    batch.old_logp = old_logprobs(c.model, batch, r.temperature, cfg.optim.micro_batch_size, top_p=r.top_p,
+                                  top_k=r.top_k, probe=truncation)
+    metrics |= truncation.report()
     if for_update and c.reference is not None:  # KL to the frozen start (algo.kl_coef): its log-probs beside θ_old's
-        batch.ref_logp = reference_logprobs(c.reference, batch, cfg.rollout.temperature, cfg.optim.micro_batch_size)
+        batch.ref_logp = reference_logprobs(c.reference, batch, r.temperature, cfg.optim.micro_batch_size,
+                                            top_p=r.top_p, top_k=r.top_k)
         if cfg.algo.kl_in_reward:
             batch.rewards, kl_metrics = kl_reward_penalty(cfg.algo, batch)
             metrics |= kl_metrics
-    batch.advantages, adv_metrics = compute_advantages(batch, cfg, trajs, per_episode=not for_update)
+    members = torch.tensor(advantage_members(trajs, cfg.rollout.infra_failures), dtype=torch.bool)  # (B,)
+    batch.advantages, adv_metrics = compute_advantages(batch, cfg, trajs, members, per_episode=not for_update)
     metrics |= adv_metrics
     if not for_update:
         return batch, metrics
@@ -205,7 +219,7 @@ def prepare_batch(c: Components, cfg: TrainConfig, trajs: list[Trajectory],
         cfg.algo, batch, batch_sum=c.dist.all_reduce_sum if c.dist.enabled else None)
     metrics |= corr_metrics
     if cfg.algo.quatro_delta:  # QUATRO: per-query duals → trust-region target log-ratios
-        batch.quatro_targets, quatro_metrics = quatro_targets(cfg.algo, batch)
+        batch.quatro_targets, quatro_metrics = quatro_targets(cfg.algo, batch, members)
         metrics |= quatro_metrics
     return batch, metrics
 
@@ -246,6 +260,7 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
     """Everything of a step after its rollouts, one named call per stage, in order (`sync=False`: the caller syncs
     the engine, as asynchronous rollouts do)."""
     metrics = rollout_metrics(trajs)  # the episodes' own rewards, before any shaping
+    metrics |= settle_infra_failures(trajs, cfg.rollout.infra_failures)  # a group's lone valid member: out
     metrics |= overlong_shaping(cfg, trajs)  # DAPO's overlong filter and soft punishment (no-op when off)
     batch, batch_metrics = prepare_batch(c, cfg, trajs)  # θ_old log-probs, advantages, corrections: the Batch
     metrics |= batch_metrics

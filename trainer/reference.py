@@ -3,7 +3,7 @@
 The reference is the run's starting policy (`model.path`, else the SFT warm start), loaded once in eval mode
 with gradients off; a resumed run loads the same start, not its checkpoint, so the KL keeps its anchor. Its
 log-probs come from one no-grad forward per rollout batch, beside the θ_old pass (same micro-batches, same
-temperature). Two uses (`AlgoConfig`):
+temperature, same replay of the sampler's top-k / top-p). Two uses (`AlgoConfig`):
 
 - loss term (verl use_kl_loss): `trainer/update.py` micro_batch_objective adds β·agg(KL(π_θ ‖ π_ref), m′) with the estimator
   `kl_type`, on the update forward's log-probs (under ALP the perturbed ones, as the loss itself);
@@ -33,9 +33,11 @@ def frozen(model: nn.Module) -> nn.Module:
 
 
 @torch.no_grad()
-def reference_logprobs(reference: nn.Module, batch: Batch, temperature: float, micro_batch_size: int) -> torch.Tensor:
-    """π_ref log-probs of the batch's response tokens, (B, T)."""
-    return clean_forward(reference, batch, temperature, micro_batch_size)[0]
+def reference_logprobs(reference: nn.Module, batch: Batch, temperature: float, micro_batch_size: int, *,
+                       top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
+    """π_ref log-probs of the batch's response tokens, (B, T), under the sampler's truncation `top_p` / `top_k`
+    replayed on the reference's own logits, as π_θ's are (trainer/objective/truncation.py)."""
+    return clean_forward(reference, batch, temperature, micro_batch_size, top_p=top_p, top_k=top_k)[0]
 
 
 @torch.no_grad()

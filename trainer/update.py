@@ -78,6 +78,8 @@ class UpdateSettings:
     micro_batch_size: int  # optim.micro_batch_size: rows per forward / backward (the loss cannot depend on it)
     grad_clip: float  # optim.grad_clip: max global grad norm
     norm_len: int | None = None  # T_norm of seq_mean_token_sum_norm: algo.loss_agg_norm_len or the response budget
+    top_p: float = 1.0  # rollout.top_p / top_k: the sampler's truncation, replayed by every forward (defaults: none)
+    top_k: int = 0
     # this rank: under data parallelism the denominators, the loss, ALP's log σ gradients and the grad norm are
     # global, so every rank takes the same step decision; the other metrics are this rank's (the loop averages them)
     ctx: DistContext = field(default_factory=lambda: SINGLE)
@@ -87,7 +89,8 @@ class UpdateSettings:
         """The settings of `cfg` on rank `ctx`."""
         return cls(cfg.algo, temperature=cfg.rollout.temperature, micro_batch_size=cfg.optim.micro_batch_size,
                    grad_clip=cfg.optim.grad_clip,
-                   norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens, ctx=ctx)
+                   norm_len=cfg.algo.loss_agg_norm_len or cfg.rollout.max_response_tokens,
+                   top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, ctx=ctx)
 
 
 def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch, rows: torch.Tensor,
@@ -114,12 +117,14 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         padded_tokens += sub.input_ids.numel()
         seed = noise_seed(noise_base + i, settings.ctx.rank)
         with perturbation.active(seed=seed) if perturbation else nullcontext():
-            logp, entropy = compute_logprobs(model, sub, settings.temperature, with_entropy=True)
+            logp, entropy = compute_logprobs(model, sub, settings.temperature, with_entropy=True,
+                                             top_p=settings.top_p, top_k=settings.top_k)
             loss, metrics = micro_batch_objective(settings.algo, sub, logp, entropy, n_tokens=n_tokens,
                                                   n_seqs=n_seqs, norm_len=settings.norm_len)
             (scaler.scale(loss) if scaler is not None else loss).backward()  # fp16: tiny gradients not flushed to 0
         if probe is not None:
-            probe.observe(model, sub, logp, perturbation, seed, settings.temperature)
+            probe.observe(model, sub, logp, perturbation, seed, settings.temperature, top_p=settings.top_p,
+                          top_k=settings.top_k)
         total_loss += loss.item()
         weight = sub.loss_mask.sum().item() / local_tokens.item()  # token-weighted average of micro metrics
         for key, value in metrics.items():

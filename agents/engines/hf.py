@@ -3,7 +3,8 @@
 The engine keeps its own copy of the policy in `dtype` (bf16 by default) while the trainer keeps fp32,
 so sampler and trainer disagree a little, as vLLM and FSDP do. `update_weights` copies the trainer's
 weights in (cast to the rollout dtype). Log-probs are those of the distribution actually sampled from:
-fp32 log-softmax of logits / temperature, after top-p filtering.
+fp32 log-softmax of logits / temperature after top-k, then top-p (vLLM's order and boundary rule,
+agents/engines/sampling.py, which the trainer replays).
 
 Legend: N requests in a batch, P padded prompt width, V vocabulary.
 """
@@ -19,6 +20,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from agents.engines.base import GenerationRequest, GenerationResult, Seed
+from agents.engines.sampling import truncate_logits
 
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
           "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
@@ -29,17 +31,6 @@ def resolve_dtype(name: str) -> torch.dtype:
         return DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}") from None
-
-
-def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Set logits outside the smallest set with cumulative probability ≥ top_p to -inf. logits: (N, V)."""
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    cum = sorted_logits.softmax(-1).cumsum(-1)
-    drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
 def checkpoint_eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -64,12 +55,13 @@ class HFEngine:
     overlap_episodes = False
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, dtype: str = "bfloat16",
-                 temperature: float = 1.0, top_p: float = 1.0, eos_token_ids: list[int] | None = None):
+                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                 eos_token_ids: list[int] | None = None):
         self.model = copy.deepcopy(model).to(resolve_dtype(dtype)).eval()
         self.model.requires_grad_(False)
         self.tokenizer = tokenizer
         self.temperature = temperature
-        self.top_p = top_p
+        self.top_p, self.top_k = top_p, top_k
         eos = eos_token_ids if eos_token_ids is not None else checkpoint_eos_ids(model, tokenizer)
         self.eos_token_ids = [e for e in eos if e is not None]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
@@ -100,7 +92,7 @@ class HFEngine:
                 gen: torch.Generator | list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
         """logits: (N, V) → sampled ids (N,), their log-probs (N,) under the sampling distribution; `gen`: one
         generator for the batch or one per row."""
-        scaled = top_p_filter(logits.float() / self.temperature, self.top_p)
+        scaled = truncate_logits(logits.float() / self.temperature, top_p=self.top_p, top_k=self.top_k)
         logprobs = scaled.log_softmax(-1)
         if greedy:
             tokens = logprobs.argmax(-1)

@@ -4,9 +4,10 @@ What it does, and the vLLM setting behind each part:
 - **Token-id prompts** (`TokensPrompt`): the engine never tokenizes; it samples continuations of exactly the ids
   the rollout driver built, and returns exactly the ids it sampled.
 - **Log-probs of the sampling distribution**: `logprobs=0` (the sampled token only) with the engine started in
-  `logprobs_mode="processed_logprobs"`, i.e. log-softmax of logits / temperature after top-p, the distribution the
-  token was actually drawn from (vLLM's default, `raw_logprobs`, would report the untempered model). Greedy
-  requests (temperature 0 inside vLLM) report log-softmax of the plain logits.
+  `logprobs_mode="processed_logprobs"`, i.e. log-softmax of logits / temperature after top-k and top-p, the
+  distribution the token was actually drawn from (vLLM's default, `raw_logprobs`, would report the untempered
+  model); the trainer replays that truncation on its own logits (agents/engines/sampling.py states vLLM's rule).
+  Greedy requests (temperature 0 inside vLLM) report log-softmax of the plain logits.
 - **Seeds**: request i of a call seeded `s` gets its own seed `s * 1_000_003 + i`, so the G copies of one prompt in
   a GRPO group are different samples (one shared seed would make them identical) and a call is reproducible; a
   list of seeds gives each request its own (the rollout driver seeds per episode and turn).
@@ -167,7 +168,7 @@ class VLLMEngine:
     overlap_episodes: bool  # run_episodes' default schedule on this engine (set in __init__)
 
     def __init__(self, model_path: str | os.PathLike, *, dtype: str = "bfloat16", temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int = 0, max_model_len: int | None = None,
+                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, max_model_len: int | None = None,
                  quantization: str | None = None, kv_cache_dtype: str = "auto",
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
                  kv_cache_memory_bytes: int | None = None, enforce_eager: bool | None = None,
@@ -177,7 +178,8 @@ class VLLMEngine:
 
         Args:
             dtype: weights/activations dtype of the sampler (bfloat16 | float16 | float32 | auto).
-            temperature, top_p: the sampling distribution; its log-probs are what `generate` reports.
+            temperature, top_p, top_k: the sampling distribution (top_k 0: every token); its log-probs are what
+                `generate` reports.
             seed: engine seed (unseeded requests draw from it).
             max_model_len: longest prompt + response in tokens (default: the model config's).
             quantization, kv_cache_dtype: mismatch knobs, e.g. "fp8" on GPU (None / "auto": off).
@@ -195,9 +197,9 @@ class VLLMEngine:
         """
         if dtype not in VLLM_DTYPES:
             raise ValueError(f"VLLMEngine: unknown dtype {dtype!r}; valid: {', '.join(VLLM_DTYPES)}")
-        if temperature <= 0 or not 0 < top_p <= 1:
-            raise ValueError(f"VLLMEngine: need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}; "
-                             f"use generate(greedy=True) for greedy decoding")
+        if temperature <= 0 or not 0 < top_p <= 1 or top_k < 0:
+            raise ValueError(f"VLLMEngine: need temperature > 0, 0 < top_p <= 1 and top_k >= 0, got {temperature}, "
+                             f"{top_p}, {top_k}; use generate(greedy=True) for greedy decoding")
         vllm_logs.prepare_import()
         from vllm import LLM
         from vllm.platforms import current_platform
@@ -207,7 +209,7 @@ class VLLMEngine:
         if on_cpu:
             llm_kwargs = cpu_defaults(model_path, max_model_len, llm_kwargs)
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES if kv_cache_memory_bytes is None else kv_cache_memory_bytes
-        self.temperature, self.top_p = temperature, top_p
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
         self.sleep_enabled = bool(enable_sleep_mode) and current_platform.is_sleep_mode_available()
         self.sync_chunk_bytes = int(sync_chunk_mb * (1 << 20))
         self._sync_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16,
@@ -293,7 +295,8 @@ class VLLMEngine:
         # lists per request instead of a dict + Logprob object per token (less GC). Both only trim work in our
         # process: A/Bs on the 2-core machine ranged 0.93-1.18x tokens/s, inside their run-to-run noise.
         return SamplingParams(n=1, max_tokens=max_tokens, temperature=0.0 if greedy else self.temperature,
-                              top_p=1.0 if greedy else self.top_p, seed=None if greedy else seed, logprobs=0,
+                              top_p=1.0 if greedy else self.top_p, top_k=0 if greedy else self.top_k,
+                              seed=None if greedy else seed, logprobs=0,
                               stop=list(req.stop_strings) or None, include_stop_str_in_output=True,
                               stop_token_ids=list(req.stop_token_ids) or None,
                               skip_special_tokens=False, spaces_between_special_tokens=False,

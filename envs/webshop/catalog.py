@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from envs.splits import derive_seed
 
-from .matching import COLOR_WORDS, normalize_color
 from .search import BM25Index, tokenize
 from .taxonomy import BENEFITS, CATEGORIES, PRAISE, TYPES, ProductType
 
@@ -23,6 +22,15 @@ DEFAULT_NUM_PRODUCTS = 1000
 _ASIN_CHARS = string.ascii_uppercase + string.digits
 _SYLLABLES = ("ka", "lo", "mi", "zen", "tra", "vo", "lu", "ne", "ori", "pa", "qui", "sto", "vi", "xa", "bel",
               "cor", "dra", "fi", "gal", "hy", "jo", "mar", "nox", "pel", "sol", "tek", "ul", "wen", "yo", "zi")
+# The generator's colour words: brand names avoid them, and an option value is dropped when its first one (or the
+# value itself) is in the product's text. Not the reward's list (matching.COLOR_WORDS, WebShop's): changing this one
+# would regenerate every catalog, and with it every task.
+CATALOG_COLORS = (
+    "beige", "black", "blue", "blush", "bronze", "brown", "burgundy", "camel", "charcoal", "clear", "coral",
+    "cream", "gold", "gray", "green", "grey", "ivory", "khaki", "lavender", "lilac", "maroon", "mint", "navy",
+    "nude", "olive", "orange", "peach", "pink", "purple", "red", "rose", "silver", "teal", "turquoise", "violet",
+    "white", "yellow",
+)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -70,12 +78,17 @@ class Catalog:
         return len(self.products)
 
 
+def catalog_color(value: str) -> str:
+    """The first CATALOG_COLORS word contained in `value`, else `value`: what the generator keeps out of the text."""
+    return next((c for c in CATALOG_COLORS if c in value), value)
+
+
 def _brands(rng: random.Random, n: int) -> list[str]:
     """Pseudo-word brand names that contain no color word (so no option value hides in a title)."""
     out: set[str] = set()
     while len(out) < n:
         word = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3)))
-        if not any(c in word for c in COLOR_WORDS):
+        if not any(c in word for c in CATALOG_COLORS):
             out.add(word.capitalize())
     return sorted(out)
 
@@ -102,7 +115,7 @@ def _options(rng: random.Random, t: ProductType, text: str) -> dict[str, tuple[s
         if rng.random() < 0.15:
             continue
         chosen = set(rng.sample(pool, rng.randint(2, min(5, len(pool)))))
-        values = tuple(v for v in pool if v in chosen and normalize_color(v) not in text)
+        values = tuple(v for v in pool if v in chosen and catalog_color(v) not in text)
         if len(values) >= 2:
             out[group] = values
     return out

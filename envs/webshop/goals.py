@@ -5,7 +5,8 @@ A goal = a target product, 1-3 of its attributes, one value for every option gro
 remain, sample two and keep the larger, else price_upper = 1e6 and no price text. The generator resamples a goal
 (bounded retries) unless the expert's query `"{type query} {goal attributes}"` ranks the target in the top 50
 and buying it with the goal options scores exactly 1.0 under the reward (reward.py), so a goal whose option
-the fuzzy match cannot credit even for the target (goal "peppermint" in synthetic goals) is never drawn.
+the fuzzy match cannot credit even for the target (in synthetic goals "peppermint", "sandalwood" and
+"standard", which WebShop's colour list turns into "mint", "sand" and "tan") is never drawn.
 """
 
 from __future__ import annotations

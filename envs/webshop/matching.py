@@ -17,8 +17,11 @@ thefuzz 0.19's steps, as read from its source (thefuzz/fuzz.py `_token_set`, uti
    empty, else round(100 · SequenceMatcher(None, a, b).ratio()) with Python's `round` (half to even).
 WebShop counts a match when that int is `> 85`.
 
-normalize_color follows WebShop's `engine/normalize.py` rule (the first colour word contained in the string, else
-the string unchanged) over alprl's own word list.
+normalize_color is WebShop's `engine/normalize.py` rule over WebShop's own word list (`COLOR_SET`, alphabetical):
+the first word of the list contained in the string, else the string unchanged. The list decides option credit, not
+only colours: "sandalwood" becomes "sand" and "standard" becomes "tan", so a synthetic goal's ('scent',
+'sandalwood') pair is never matched, as "peppermint" ("mint") is not. tests/envs/test_webshop_options.py pins
+every option decision of alprl's taxonomy against WebShop's own `get_option_reward`.
 """
 
 from __future__ import annotations
@@ -26,11 +29,18 @@ from __future__ import annotations
 import difflib
 import re
 
+# WebShop's web_agent_site/engine/normalize.py COLOR_SET (102 words, alphabetical, its order of precedence)
 COLOR_WORDS = (
-    "beige", "black", "blue", "blush", "bronze", "brown", "burgundy", "camel", "charcoal", "clear", "coral",
-    "cream", "gold", "gray", "green", "grey", "ivory", "khaki", "lavender", "lilac", "maroon", "mint", "navy",
-    "nude", "olive", "orange", "peach", "pink", "purple", "red", "rose", "silver", "teal", "turquoise", "violet",
-    "white", "yellow",
+    "alabaster", "apricot", "aqua", "ash", "asphalt", "azure", "banana", "beige", "black", "blue", "blush",
+    "bordeaux", "bronze", "brown", "burgundy", "camel", "camo", "caramel", "champagne", "charcoal", "cheetah",
+    "chestnut", "chocolate", "christmas", "coffee", "cognac", "copper", "coral", "cranberry", "cream",
+    "crystal", "dark", "denim", "eggplant", "elephant", "espresso", "fuchsia", "gold", "granite", "grape",
+    "graphite", "grass", "gray", "green", "grey", "heather", "indigo", "ivory", "ivy", "khaki", "lavender",
+    "lemon", "leopard", "light", "lilac", "lime", "magenta", "maroon", "mauve", "merlot", "midnight", "mint",
+    "mocha", "multicolor", "mushroom", "mustard", "natural", "navy", "nude", "olive", "orange", "peach",
+    "pewter", "pink", "plum", "purple", "rainbow", "red", "rose", "royal", "rust", "sand", "sapphire",
+    "seashell", "silver", "skull", "slate", "steel", "stone", "stonewash", "sunflower", "tan", "taupe",
+    "teal", "tiger", "turquoise", "violet", "walnut", "wheat", "white", "wine", "yellow",
 )
 FUZZ_THRESHOLD = 85  # WebShop counts a match when the (rounded) score is strictly above this
 _LATIN1_UPPER_HALF = {i: None for i in range(128, 256)}  # thefuzz's force_ascii drops exactly these code points

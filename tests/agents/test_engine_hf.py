@@ -5,7 +5,8 @@ import torch
 from tool_script import recompute, varied_requests
 
 from agents.engines.base import GenerationRequest
-from agents.engines.hf import HFEngine, top_p_filter
+from agents.engines.hf import HFEngine
+from agents.engines.sampling import truncate_logits
 
 
 @pytest.mark.parametrize("dtype,tol", [("float32", 2e-4), ("bfloat16", 0.5)])
@@ -75,7 +76,7 @@ def test_update_weights_changes_outputs(model_tok):
 
 def test_top_p_keeps_smallest_nucleus():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
-    kept = torch.isfinite(top_p_filter(logits, 0.7))
+    kept = torch.isfinite(truncate_logits(logits, top_p=0.7, top_k=0))
     assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7 ≤ 0.8
 
 

@@ -70,8 +70,9 @@ def test_scores_are_difflibs_not_an_edit_distance():
     assert token_set_ratio(None, "large") == 0 and token_set_ratio("!!!", "!!!") == 0
 
 
-def test_issue_38_purchases_score_alike_under_both_goal_forms():
-    """The purchases a comparison with WebShop's get_reward found differing: WebShop's score follows from thefuzz's scores above, per goal form."""
+def test_near_size_purchases_score_by_goal_form():
+    """Purchases a comparison with WebShop's get_reward found differing: WebShop's score follows from thefuzz's
+    scores above, per goal form."""
     cream = Product(asin="B0TEST0002", title="Acme Face Cream", query="face moisturizer cream", category="beauty",
                     product_category="Beauty › Skin Care › Face Moisturizers", price=20.0, price_text="$20.00",
                     options={"size": ("1 oz", "1.7 oz")}, attributes=("anti aging",), bullets=(), description="",

@@ -6,7 +6,10 @@
   the batch keeps the first that many (verl keeps the first train_batch_size). When the rounds run out,
   zero-variance groups fill the rest of the batch (no gradient from them; verl raises instead) and
   `dapo/groups_kept` says how many informative groups the step had. Refill prompts are drawn
-  from (seed, step, round) only and never repeat a prompt of the step, so a resumed run replays them. Under data
+  from (seed, step, round) only and never repeat a prompt of the step, so a resumed run replays them. A group's
+  rewards are its advantage members' (`rollout.infra_failures`, trainer/objective/infra_failures.py): under
+  exclude, an outage's 0 does not make a group of 1s informative, and a group left without two valid members is
+  not. Under data
   parallelism each rank fills its own share (prompts_per_step / N groups) from the train prompts ≡ rank (mod N),
   so ranks never refill with the same prompt and every rank ends with the same batch size.
 - Overlong filtering (`algo.overlong_filter`): an episode that ran into the response budget
@@ -24,20 +27,20 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Callable
 
 from agents.rollout import EpisodeSpec
 from agents.trajectory import Trajectory
 from envs.splits import RL_TRAIN_INDICES, derive_seed
 from trainer.config.train_config import TrainConfig
+from trainer.objective.infra_failures import Run, advantage_members
 from trainer.tasks import dataset_train_size, group_specs
 
-Run = Callable[[list[EpisodeSpec], int], list[Trajectory]]  # (specs, sampling seed) → trajectories
 
-
-def informative(group: list[Trajectory]) -> bool:
-    """Whether the group's rewards differ (a zero-variance group has zero advantage everywhere)."""
-    return len({t.reward for t in group}) > 1
+def informative(group: list[Trajectory], infra_failures: str) -> bool:
+    """Whether the rewards of the group's advantage members differ (a zero-variance group has zero advantage
+    everywhere); `infra_failures` is `rollout.infra_failures`."""
+    members = advantage_members(group, infra_failures)
+    return len({t.reward for t, counts in zip(group, members, strict=True) if counts}) > 1
 
 
 def refill_indices(cfg: TrainConfig, step: int, round_: int, used: set[int], n: int, rank: int = 0,
@@ -67,7 +70,7 @@ def collect_dynamic(cfg: TrainConfig, step: int, first: list[EpisodeSpec], run: 
         for t in trajs:
             groups.setdefault(t.group_id, []).append(t)
         for group in groups.values():
-            (kept if informative(group) else flat).append(group)
+            (kept if informative(group, cfg.rollout.infra_failures) else flat).append(group)
         if len(kept) >= want or rounds >= cfg.algo.dynamic_max_rounds:
             break
         indices = refill_indices(cfg, step, rounds, used, want - len(kept), rank, world)

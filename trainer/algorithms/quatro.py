@@ -22,7 +22,9 @@ target log-ratios (stored as `batch.quatro_targets`, read by the loss in place o
 ±`quatro_log_ratio_clamp`), which the `quatro` loss in `trainer/objective/losses.py` drives each sample's log r
 toward. `realized_kl_metrics` compares the realized per-query KL after an update with δ.
 Design choices beyond the paper: duals use every row of the group (also rows whose loss mask is 0:
-they are samples of π_old all the same); A follows `adv_norm_by_std` / `adv_leave_one_out`.
+they are samples of π_old all the same) but the ones outside its advantage statistics (`members`: an episode the
+infrastructure failed has no reward of the policy's, trainer/objective/infra_failures.py); A follows
+`adv_norm_by_std` / `adv_leave_one_out`.
 
 Legend: B rows of the rollout batch, T response positions, Q queries (groups), G samples per query.
 """
@@ -131,16 +133,20 @@ def _quantiles(x: Tensor, prefix: str) -> dict[str, float]:
             f"{prefix}_mean": x.double().mean().item(), f"{prefix}_min": x.min().item(), f"{prefix}_max": x.max().item()}
 
 
-def quatro_targets(algo: AlgoConfig, batch: Batch) -> tuple[Tensor, dict[str, float]]:
+def quatro_targets(algo: AlgoConfig, batch: Batch,
+                   members: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """Solve λ_x for every query of the rollout batch; returns the targets t_b·m (B, T) and `quatro/*` metrics.
 
     Needs `algo.quatro_delta > 0`, `batch.rewards`, `batch.group_ids` (B,) and `batch.loss_mask` (B, T). The
     caller stores the targets as `batch.quatro_targets`, which the `quatro` loss reads in place of advantages.
-    Metrics: λ quantiles over non-degenerate queries, solved KL(w_λ‖U) vs δ, status fractions.
+    Metrics: λ quantiles over non-degenerate queries, solved KL(w_λ‖U) vs δ, status fractions. `members` (B,)
+    bool: the rows that take part (default: all; `group_advantages`).
     """
-    adv, _ = group_advantages(batch.rewards, batch.group_ids, norm_by_std=algo.adv_norm_by_std,
-                              leave_one_out=algo.adv_leave_one_out)  # (B,)
+    adv, _ = group_advantages(batch.rewards, batch.group_ids, members=members,
+                              norm_by_std=algo.adv_norm_by_std, leave_one_out=algo.adv_leave_one_out)  # (B,)
     mat, valid, rows = group_matrix(adv.double(), batch.group_ids)
+    if members is not None:
+        valid = valid & members[rows.clamp(min=0)]  # (Q, G)
     lam, status = solve_duals(mat, valid, algo.quatro_delta, algo.quatro_lambda_min, algo.quatro_lambda_max)
     target = target_log_ratios(mat, valid, lam, algo.quatro_log_ratio_clamp)  # (Q, G)
     target[status["degenerate"]] = 0.0  # exactly 0 (not rounding noise), so the loss skips these rows

@@ -75,13 +75,15 @@ def k3_mean(clean_logp: Tensor, other_logp: Tensor, mask: Tensor) -> float:
 
 @torch.no_grad()
 def probe_sensitivity(model: nn.Module, batch: Batch, layer_ids: list[int], rms: Tensor, probe_scale: float,
-                      clean_logp: Tensor, temperature: float, seed: int) -> Tensor:
-    """S_l = mean_m k3(π_clean ‖ π with only layer l perturbed at σ = u·RMS(h_l)), (L,) in nats/token."""
+                      clean_logp: Tensor, temperature: float, seed: int, *, top_p: float = 1.0,
+                      top_k: int = 0) -> Tensor:
+    """S_l = mean_m k3(π_clean ‖ π with only layer l perturbed at σ = u·RMS(h_l)), (L,) in nats/token; both
+    log-probs replay the sampler's truncation `top_p` / `top_k`, as the loss's do."""
     out = []
     for idx in layer_ids:
         probe = LayerwisePerturbation(model, [idx], sigma_init=probe_scale * rms[idx].item(), learnable=False)
         with probe.active(seed=seed):
-            logp, _ = compute_logprobs(model, batch, temperature)
+            logp, _ = compute_logprobs(model, batch, temperature, top_p=top_p, top_k=top_k)
         out.append(k3_mean(clean_logp, logp, batch.loss_mask))
     return torch.tensor(out, dtype=torch.float64)
 
@@ -121,10 +123,12 @@ def adapt_gain(gain: float, measured_kl: float, clip_frac: float, *, target_kl: 
 
 @torch.no_grad()
 def measure_perturbation(model: nn.Module, batch: Batch, perturbation: LayerwisePerturbation, clean_logp: Tensor,
-                         temperature: float, seed: int, clip_low: float, clip_high: float) -> tuple[float, float]:
-    """(KL, clip fraction) of the configured perturbation vs the clean forward on `batch` at θ_old."""
+                         temperature: float, seed: int, clip_low: float, clip_high: float, *, top_p: float = 1.0,
+                         top_k: int = 0) -> tuple[float, float]:
+    """(KL, clip fraction) of the configured perturbation vs the clean forward on `batch` at θ_old (the sampler's
+    truncation `top_p` / `top_k` replayed)."""
     with perturbation.active(seed=seed):
-        logp, _ = compute_logprobs(model, batch, temperature)
+        logp, _ = compute_logprobs(model, batch, temperature, top_p=top_p, top_k=top_k)
     log_ratio = torch.where(batch.loss_mask > 0, logp - clean_logp, torch.zeros_like(logp))  # (B, T)
     ratio = log_ratio.exp()
     outside = ((ratio < 1 - clip_low) | (ratio > 1 + clip_high)).float()
@@ -182,6 +186,7 @@ class Allocator:
                  step: int, ctx: DistContext = SINGLE) -> dict[str, float]:
         """Probe, allocate, measure, adapt the gain; writes σ into `perturbation`; returns `perturb/sprpo_*`."""
         p, temperature = cfg.perturb, cfg.rollout.temperature
+        top_p, top_k = cfg.rollout.top_p, cfg.rollout.top_k  # the sampler's truncation, replayed
         seed = derive_seed("sprpo-probe", cfg.seed, step) + ctx.rank  # ranks probe their own rows, own noise
 
         def over_ranks(t: Tensor) -> Tensor:  # the mean over ranks (the value itself on one process)
@@ -191,15 +196,15 @@ class Allocator:
         try:
             sub = batch.select(probe_rows(batch, max(min(p.sprpo_probe_rows, cfg.optim.micro_batch_size), 1), seed))
             rms = over_ranks(layer_input_rms(model, sub))  # (num_layers,)
-            clean_logp, _ = compute_logprobs(model, sub, temperature)
+            clean_logp, _ = compute_logprobs(model, sub, temperature, top_p=top_p, top_k=top_k)
             layers = perturbation.layer_ids
             sens = over_ranks(probe_sensitivity(model, sub, layers, rms, p.sprpo_probe_scale, clean_logp,
-                                                temperature, seed))
+                                                temperature, seed, top_p=top_p, top_k=top_k))
             sigma, xi, predicted = allocate_sigmas(sens, rms[layers], probe_scale=p.sprpo_probe_scale,
                                                    target_kl=p.sprpo_target_kl, gain=self.gain)
             _write_sigma(perturbation, sigma)
             kl, clip = measure_perturbation(model, sub, perturbation, clean_logp, temperature, seed + 1,
-                                            cfg.algo.clip_low, cfg.algo.clip_high)
+                                            cfg.algo.clip_low, cfg.algo.clip_high, top_p=top_p, top_k=top_k)
             kl, clip = over_ranks(torch.tensor([kl, clip], dtype=torch.float64)).tolist()
         finally:
             model.train(was_training)

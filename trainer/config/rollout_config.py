@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 INFRA_FAILURE_POLICIES = ("exclude", "resample", "zero")
-"""What `rollout.infra_failures` may be; agents/rollout.py and the advantage stage act on it."""
+"""What `rollout.infra_failures` may be; agents/rollout.py marks the episodes, trainer/objective/infra_failures.py
+acts on it."""
 
 
 @dataclass

@@ -57,6 +57,9 @@ class EnvConfig:
     """Gymnasium id of the environment."""
     style: str = "simpletir"
     """TIR convention: simpletir | torl | hermes (reference/environments.md §1)."""
+    think_history: str = "keep"
+    """Earlier turns' <think> blocks in later prompts: keep (as sampled, any template) | strip (as the chat template
+    renders history; refused where that is not append-only over an episode: agents/templates/check.py)."""
     max_turns: int = 3
     """Assistant turns per episode before truncation."""
     difficulty: int = 1

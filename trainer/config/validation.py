@@ -26,7 +26,8 @@ whose single line joins every violation with "; ", each naming the key, the valu
   MIPU's validation prompts) by the train split's.
 
 `validate_model_shape(cfg)` holds the checks that need the shape of the model the run starts from, read from
-its `config.json` only (no weights); the CLI calls it right after `build_config`. The tiny model that
+its `config.json` only (no weights), and `env.think_history=strip`'s rule, which reads its chat template
+(agents/templates/check.py); the CLI calls it right after `build_config`. The tiny model that
 `alprl sft` builds has `model.num_layers` layers and a context sized to the budget, so its checks need no file.
 
 `cfg` is a `trainer.config.train_config.TrainConfig`; this module does not import train_config.py, which imports it (and both raise
@@ -46,10 +47,11 @@ from agents.engines import ENGINE_KINDS, SCHEDULES
 from agents.engines.hf import DTYPES as HF_DTYPES
 from agents.engines.vllm import VLLM_DTYPES
 from agents.env_families import BY_ID as ENV_FAMILIES
-from agents.env_families import problem_count
-from agents.models import resolve_local
+from agents.env_families import problem_count, think_history_refusal
+from agents.models import load_tokenizer, resolve_local
 from agents.perturbation import SIGMA_MODES, parse_layers
 from agents.projection import PROJECTIONS
+from agents.templates.check import THINK_HISTORY
 from envs.datasets import LAYOUT_NAMES, DatasetError
 from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
@@ -200,6 +202,7 @@ def _choices(cfg: Any) -> list[str]:
             *_choice("rollout.dtype", r.dtype, list(dtypes), f"a dtype of rollout.engine={r.engine}"),
             *_choice("env.id", e.id, list(ENV_FAMILIES), "an alprl env id"),
             *_choice("env.style", e.style, list(STYLES), "a TIR style"),
+            *_choice("env.think_history", e.think_history, list(THINK_HISTORY), "a think_history policy"),
             *_choice("env.action_projection", e.action_projection, PROJECTIONS, "an action projection"),
             *_choice("env.expert_search", e.expert_search, SEARCH_ORDERS, "an expert search order"),
             *_choice("perturb.sigma_mode", cfg.perturb.sigma_mode, list(SIGMA_MODES), "a noise scale mode")]
@@ -240,6 +243,8 @@ def _env_rules(cfg: Any) -> list[str]:
         out.append(f"env.action_projection={e.action_projection!r} / env.invalid_action_penalty="
                    f"{e.invalid_action_penalty!r} need an env with admissible commands (household, WebShop); "
                    f"{e.id} has none: use exact and 0")
+    if entry is not None and (e.style in STYLES or not entry.styled):  # the template's part: validate_model_shape
+        out += [r for r in [think_history_refusal(e)] if r]
     return out
 
 
@@ -428,6 +433,13 @@ def _config_json(path: str) -> tuple[dict, str] | None:
     return config.get("text_config", config), str(local)  # multimodal configs nest the language model's
 
 
+def _tokenizer_or_none(where: str) -> Any:
+    try:
+        return load_tokenizer(where)
+    except (OSError, ValueError):
+        return None
+
+
 def _rope_scaled(model_cfg: dict) -> bool:
     """RoPE scaling (yarn, linear, ...) in transformers 4's `rope_scaling` or 5's `rope_parameters`."""
     for key in ("rope_scaling", "rope_parameters"):
@@ -455,6 +467,10 @@ def validate_model_shape(cfg: Any) -> list[str]:
         sft = Path(cfg.sft.output_dir)
         model_cfg = json.loads((sft / "config.json").read_text()) if (sft / "config.json").is_file() else {}
         layers, layers_of, where = cfg.model.num_layers, "the tiny model (model.num_layers)", str(sft)
+    if cfg.env.think_history == "strip" and (Path(where) / "config.json").is_file():  # the template decides (the
+        # tiny ChatML `alprl sft` will build drops no thinking); a missing tokenizer is the run's loader's error
+        if refusal := think_history_refusal(cfg.env, _tokenizer_or_none(where)):
+            raise ConfigError(refusal)
     if p.enabled and not p.logits_only and layers:
         try:
             parse_layers(p.layers, layers)

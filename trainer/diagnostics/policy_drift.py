@@ -40,13 +40,15 @@ def policy_kl(new_logp: Tensor, old_logp: Tensor, mask: Tensor) -> dict[str, flo
 
 
 def policy_drift(model: nn.Module, batch: Batch, algo: AlgoConfig, temperature: float, micro_batch_size: int,
-                 max_rows: int = 0) -> dict[str, float]:
+                 max_rows: int = 0, *, top_p: float = 1.0, top_k: int = 0) -> dict[str, float]:
     """The module docstring's metrics for `batch` (needs `batch.old_logp`) at the model's current weights, on
-    whole groups of at most `max_rows` rows (0: all)."""
+    whole groups of at most `max_rows` rows (0: all); π_θ replays the sampler's truncation `top_p` / `top_k` as
+    `old_logp` did, and the entropy is the full distribution's."""
     rows = group_sample(batch.group_ids, max_rows)
     if len(rows) < len(batch):
         batch = batch.select(rows)
-    new_logp, entropy = clean_forward(model, batch, temperature, micro_batch_size, with_entropy=True)  # (R, T)
+    new_logp, entropy = clean_forward(model, batch, temperature, micro_batch_size, with_entropy=True, top_p=top_p,
+                                      top_k=top_k)  # (R, T)
     out = policy_kl(new_logp, batch.old_logp, batch.loss_mask)
     m = batch.loss_mask > 0
     if m.any():

@@ -154,20 +154,21 @@ class RatioProbe:
         self.extra: dict[str, float] = {}  # first mini-batch only: `layer_group_prob_shift`
 
     def observe(self, model: torch.nn.Module, sub: Batch, logp: Tensor, perturbation: LayerwisePerturbation | None,
-                seed: int, temperature: float) -> None:
+                seed: int, temperature: float, *, top_p: float = 1.0, top_k: int = 0) -> None:
         """One micro-batch `sub` (b, T) after its update forward `logp` (b, T) and backward, `seed` the noise seed
         of that forward. On the first micro-batch of the first mini-batch of a perturbed diagnostics step, |Δp| per
-        layer group (`layer_group_prob_shift`); then the clean π_θ (`_clean_logp`) and the four ratios (`add`)."""
+        layer group (`layer_group_prob_shift`); then the clean π_θ (`_clean_logp`) and the four ratios (`add`).
+        Extra forwards replay the sampler's truncation `top_p` / `top_k` as the update forward does."""
         perturbed = perturbation is not None
         if perturbed and self.micro_batches == 0 and "" in self.suffixes and self.extra_forwards:
             self.extra |= layer_group_prob_shift(model, sub.select(spaced_rows(len(sub), self.max_rows)),
-                                                 perturbation, seed, temperature)
-        clean, rows = self._clean_logp(model, sub, logp, temperature, perturbed)
+                                                 perturbation, seed, temperature, top_p=top_p, top_k=top_k)
+        clean, rows = self._clean_logp(model, sub, logp, temperature, perturbed, top_p=top_p, top_k=top_k)
         self.add(logp, clean, sub.old_logp, sub.rollout_logp, sub.loss_mask, perturbed=perturbed, clean_rows=rows)
         self.micro_batches += 1
 
     def _clean_logp(self, model: torch.nn.Module, sub: Batch, logp: Tensor, temperature: float,
-                    perturbed: bool) -> tuple[Tensor | None, Tensor | None]:
+                    perturbed: bool, *, top_p: float, top_k: int) -> tuple[Tensor | None, Tensor | None]:
         """(π_θ without noise, the rows of `sub` it covers or None for all): the update forward itself when
         unperturbed; on the first mini-batch θ = θ_old, so `old_logp`; otherwise, with `extra_forwards`, one
         no-grad forward outside the noise of `max_rows` evenly spaced rows (r, T'); else (None, None)."""
@@ -179,7 +180,7 @@ class RatioProbe:
             return None, None
         rows = spaced_rows(len(sub), self.max_rows)
         with torch.no_grad():
-            return compute_logprobs(model, sub.select(rows), temperature)[0], rows
+            return compute_logprobs(model, sub.select(rows), temperature, top_p=top_p, top_k=top_k)[0], rows
 
     def add(self, logp: Tensor, clean_logp: Tensor | None, old_logp: Tensor, rollout_logp: Tensor,
             mask: Tensor, *, perturbed: bool, clean_rows: Tensor | None = None) -> None:
@@ -242,7 +243,7 @@ class RatioProbe:
 
 @torch.no_grad()
 def layer_group_prob_shift(model: torch.nn.Module, sub: Batch, perturbation: LayerwisePerturbation, seed: int,
-                           temperature: float) -> dict[str, float]:
+                           temperature: float, *, top_p: float = 1.0, top_k: int = 0) -> dict[str, float]:
     """`perturb/dp/layer{i}/p75`, `/p99`: |exp(logp with group i's noise alone) − exp(old_logp)| at θ = θ_old.
 
     `sub` (b, T) must hold rows of the first mini-batch (θ = θ_old, so `old_logp` is the clean forward); `seed`
@@ -262,7 +263,7 @@ def layer_group_prob_shift(model: torch.nn.Module, sub: Batch, perturbation: Lay
         probe.log_sigma.copy_(perturbation.log_sigma.detach()[start: start + len(group)])  # (len(group),)
         start += len(group)
         with probe.active(seed=seed):
-            logp, _ = compute_logprobs(model, sub, temperature)  # (b, T)
+            logp, _ = compute_logprobs(model, sub, temperature, top_p=top_p, top_k=top_k)  # (b, T)
         dp = (logp.double()[m].exp() - sub.old_logp.double()[m].exp()).abs()
         if dp.numel():
             qs = torch.quantile(_thin(dp), torch.tensor([0.75, 0.99], dtype=torch.float64)).tolist()

@@ -7,7 +7,9 @@ A^E is the GRPO advantage of episode i in its group (trainer/objective/advantage
 every step (i, t) whose state key s_t^i is the same (an anchor state; the first state, the task's initial
 observation, is shared by the whole group), and normalizes the steps' discounted returns R_t^i = Σ_{k≥t} γ^{k−t}
 r_k^i within that step group: mean-centred (`mean_norm`) or also divided by the group's std (`mean_std_norm`).
-A step group of one has no baseline: its A^S is 0. A state that one episode visits twice is two members.
+A step group of one has no baseline: its A^S is 0. A state that one episode visits twice is two members. An
+episode outside its group's statistics (`members`, trainer/objective/infra_failures.py: the infrastructure failed
+it, or its group kept no baseline) joins no step group either, and gets 0 at both levels.
 
 Legend: B episodes, N_i steps (turns) of episode i, T response positions. Step lists are Python lists (ragged).
 """
@@ -48,29 +50,33 @@ def step_returns(rewards: list[float], num_steps: list[int], gamma: float,
 
 
 def anchor_step_advantages(group_ids: list[int], step_keys: list[list[str]], returns: list[list[float]], *,
-                           norm_by_std: bool, eps: float = 1e-6) -> tuple[list[list[float]], dict[str, float]]:
+                           norm_by_std: bool, eps: float = 1e-6,
+                           members: list[bool] | None = None) -> tuple[list[list[float]], dict[str, float]]:
     """A^S per step, (B,) lists of (N_i,), from each episode's group id, step state keys and step returns.
 
     Step groups are keyed by (group id, state key); a group of one, or one whose returns are all equal, gets 0.
-    Std is unbiased, as in `group_advantages`.
+    Std is unbiased, as in `group_advantages`. `members` (B,): the episodes whose steps join step groups (default:
+    all); the others' steps get 0.
     """
-    members: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)  # step group → [(episode, step)]
+    steps: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)  # step group → [(episode, step)]
     for i, (g, keys) in enumerate(zip(group_ids, step_keys, strict=True)):
         if len(keys) != len(returns[i]):
             raise ValueError(f"anchor_step_advantages: episode {i} has {len(keys)} state keys but "
                              f"{len(returns[i])} step returns")
+        if members is not None and not members[i]:
+            continue
         for t, key in enumerate(keys):
-            members[(g, key)].append((i, t))
+            steps[(g, key)].append((i, t))
     adv = [[0.0] * len(keys) for keys in step_keys]
-    anchors = [m for m in members.values() if len(m) >= 2]
-    for steps in anchors:
-        r = torch.tensor([returns[i][t] for i, t in steps], dtype=torch.float64)  # (S,) the step group's returns
+    anchors = [m for m in steps.values() if len(m) >= 2]
+    for anchor in anchors:
+        r = torch.tensor([returns[i][t] for i, t in anchor], dtype=torch.float64)  # (S,) the step group's returns
         centred = r - r.mean()
         if norm_by_std:
             centred = centred / (r.std() + eps)
         if torch.all(r == r[0]):
             centred = torch.zeros_like(r)
-        for (i, t), a in zip(steps, centred.tolist(), strict=True):
+        for (i, t), a in zip(anchor, centred.tolist(), strict=True):
             adv[i][t] = a
     total = sum(len(keys) for keys in step_keys)
     in_anchors = sum(len(m) for m in anchors)
@@ -84,16 +90,18 @@ def anchor_step_advantages(group_ids: list[int], step_keys: list[list[str]], ret
 def gigpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, step_keys: list[list[str]], *,
                      gamma: float, step_weight: float, step_norm: str, episode_norm_by_std: bool = True,
                      leave_one_out: bool = False, step_rewards: list[list[float]] | None = None,
-                     ) -> tuple[list[list[float]], dict[str, float]]:
+                     members: torch.Tensor | None = None) -> tuple[list[list[float]], dict[str, float]]:
     """A^E(τ_i) + ω · A^S(a_t^i) per step, (B,) lists of (N_i,), from rewards (B,), group ids (B,) and each
-    episode's step state keys (arXiv 2505.10978, the combined advantage); metrics of both levels."""
+    episode's step state keys (arXiv 2505.10978, the combined advantage); metrics of both levels. `members`
+    (B,) bool: the episodes that count at both levels (default: all)."""
     if step_norm not in STEP_NORMS:
         raise ValueError(f"gigpo_advantages: step_norm={step_norm!r}; valid: {', '.join(STEP_NORMS)}")
-    episode_adv, metrics = group_advantages(rewards, group_ids, norm_by_std=episode_norm_by_std,
+    episode_adv, metrics = group_advantages(rewards, group_ids, members=members, norm_by_std=episode_norm_by_std,
                                             leave_one_out=leave_one_out)
     returns = step_returns(rewards.tolist(), [len(k) for k in step_keys], gamma, step_rewards)
     step_adv, step_metrics = anchor_step_advantages(group_ids.tolist(), step_keys, returns,
-                                                    norm_by_std=step_norm == "mean_std_norm")
+                                                    norm_by_std=step_norm == "mean_std_norm",
+                                                    members=None if members is None else members.tolist())
     combined = [[float(a_e) + step_weight * a_s for a_s in row]
                 for a_e, row in zip(episode_adv.tolist(), step_adv, strict=True)]
     return combined, metrics | step_metrics
@@ -113,14 +121,15 @@ def broadcast_step_advantages(step_adv: list[list[float]], turn_spans: list[list
     return out * loss_mask
 
 
-def gigpo_token_advantages(batch: Batch, algo: AlgoConfig,
-                           trajs: list[Trajectory]) -> tuple[torch.Tensor, dict[str, float]]:
+def gigpo_token_advantages(batch: Batch, algo: AlgoConfig, trajs: list[Trajectory],
+                           members: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """GiGPO advantages of a batch's rows (the trajectories it was collated from, in order) on their sampled
-    tokens, (B, T), with the `algo.gigpo_*` knobs; the outcome reward (after any shaping) is the last step's."""
+    tokens, (B, T), with the `algo.gigpo_*` knobs; the outcome reward (after any shaping) is the last step's.
+    `members` (B,): the rows that count (`gigpo_advantages`)."""
     if len(trajs) != len(batch):
         raise ValueError(f"gigpo_token_advantages: {len(trajs)} trajectories for a batch of {len(batch)} rows")
     steps, metrics = gigpo_advantages(batch.rewards, batch.group_ids, [t.turn_states for t in trajs],
                                       gamma=algo.gigpo_gamma, step_weight=algo.gigpo_step_weight,
                                       step_norm=algo.gigpo_step_norm, episode_norm_by_std=algo.adv_norm_by_std,
-                                      leave_one_out=algo.adv_leave_one_out)
+                                      leave_one_out=algo.adv_leave_one_out, members=members)
     return broadcast_step_advantages(steps, [t.turn_spans for t in trajs], batch.loss_mask), metrics

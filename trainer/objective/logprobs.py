@@ -1,7 +1,11 @@
 """Trainer-side log-probs and entropy of the response tokens.
 
-Log-probs are fp32 log-softmax of logits / temperature (the sampler's distribution with top-p = 1),
-gathered at each row's response positions so the result aligns with `Batch.response_ids`.
+Log-probs are fp32 log-softmax of logits / temperature, gathered at each row's response positions so the result
+aligns with `Batch.response_ids`. With a sampler that truncates (`rollout.top_p` < 1 or `rollout.top_k` > 0) they
+are renormalized over the set the sampler's rule keeps on these logits (trainer/objective/truncation.py: every
+function here takes `top_p` / `top_k`, defaults keeping every token), so they are log-probs of the distribution
+the sampler drew from; with neither, the full log-softmax, computed exactly as before. Entropies are always of
+the full distribution.
 
 `old_logprobs` is the batch stage (θ_old, no grad, unperturbed, in the update's micro-batch composition);
 `compute_logprobs` is the forward of one micro-batch, which the update (trainer/update.py) calls with grad, so a
@@ -19,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from agents.engines.sampling import keeps_all
+from trainer.objective.truncation import TruncationProbe, truncated_token_logprobs
 from trainer.objective.types import Batch
 
 
@@ -52,13 +58,22 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, -1) - (probs * logits).sum(-1)
 
 
-def compute_logprobs(model: nn.Module, batch: Batch, temperature: float,
-                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, with_entropy: bool = False, *,
+                     top_p: float = 1.0, top_k: int = 0,
+                     probe: TruncationProbe | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logp (B, T), entropy (B, T) or None) on the batch's device; padding positions hold garbage — always use
-    the mask."""
+    the mask. `top_p` / `top_k`: the sampler's truncation, replayed (`truncated_token_logprobs`); `probe` collects
+    its metrics over the sampled tokens."""
     logits = response_logits(model, batch, temperature)
-    logp = token_logprobs(logits, batch.response_ids.to(logits.device))
-    entropy = entropy_from_logits(logits) if with_entropy else None
+    ids = batch.response_ids.to(logits.device)
+    if keeps_all(top_p, top_k):
+        logp = token_logprobs(logits, ids)
+    else:
+        trunc = truncated_token_logprobs(logits, ids, top_p=top_p, top_k=top_k)
+        logp = trunc.logp
+        if probe is not None:
+            probe.add(trunc, batch.loss_mask)
+    entropy = entropy_from_logits(logits) if with_entropy else None  # the full distribution's
     home = batch.response_ids.device
     if logits.device != home:
         logp, entropy = logp.to(home), (entropy.to(home) if entropy is not None else None)
@@ -77,15 +92,18 @@ def micro_batches(rows: torch.Tensor, size: int, batch: Batch) -> list[torch.Ten
 
 @torch.no_grad()
 def clean_forward(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int,
-                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(logp (B, T), entropy (B, T) or None) of the unperturbed model in eval mode, no grad."""
+                  with_entropy: bool = False, *, top_p: float = 1.0, top_k: int = 0,
+                  probe: TruncationProbe | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logp (B, T), entropy (B, T) or None) of the unperturbed model in eval mode, no grad; `top_p`, `top_k`,
+    `probe` as in `compute_logprobs`."""
     was_training = model.training
     model.eval()
     out = torch.zeros_like(batch.rollout_logp)
     ent = torch.zeros_like(batch.rollout_logp) if with_entropy else None
     for rows in micro_batches(torch.arange(len(batch)), micro_batch_size, batch):
         sub = batch.select(rows)
-        logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=with_entropy)
+        logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=with_entropy, top_p=top_p,
+                                         top_k=top_k, probe=probe)
         out[rows, : logp.shape[1]] = logp
         if ent is not None:
             ent[rows, : entropy.shape[1]] = entropy
@@ -93,7 +111,9 @@ def clean_forward(model: nn.Module, batch: Batch, temperature: float, micro_batc
     return out, ent
 
 
-def old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int) -> torch.Tensor:
+def old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int, *, top_p: float = 1.0,
+                 top_k: int = 0, probe: TruncationProbe | None = None) -> torch.Tensor:
     """Trainer log-probs at θ_old for the whole batch, (B, T); same micro-batch composition as updates
-    (`prepare_batch` in trainer/loop.py stores them as `batch.old_logp`)."""
-    return clean_forward(model, batch, temperature, micro_batch_size)[0]
+    (`prepare_batch` in trainer/loop.py stores them as `batch.old_logp`). A `probe` collects the truncation's
+    `rollout_corr/truncation_*` metrics (θ_old's kept set against the tokens the sampler drew)."""
+    return clean_forward(model, batch, temperature, micro_batch_size, top_p=top_p, top_k=top_k, probe=probe)[0]

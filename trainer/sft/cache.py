@@ -20,7 +20,8 @@ RL_ONLY_ENV_KEYS = ("sandbox_url", "sandbox_retry_s", "sandbox_max_failing_steps
                     "projection_min_similarity", "invalid_action_penalty",  # the expert's data does not depend on them
                     # the expert plays generated train tasks only (`alprl sft` refuses env.dataset), so a warm start
                     # serves RL on any dataset file
-                    "dataset", "eval_dataset", "dataset_format", "dataset_split_field", "dataset_fields")
+                    "dataset", "eval_dataset", "dataset_format", "dataset_split_field", "dataset_fields",
+                    "think_history")  # the expert writes no thinking, and an accepted strip changes no token
 
 
 def sft_inputs(cfg: TrainConfig) -> dict:
