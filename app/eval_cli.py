@@ -30,7 +30,7 @@ through the model's own chat template.
 Where the settings come from: an alprl checkpoint (a directory holding alprl_config.yaml) is played as its run
 evaluated it: env section (style, max_turns, sandbox, ...) when the mode is the run's env, response budget
 (rollout.max_response_tokens), tokens per turn (rollout.max_new_tokens), samples (eval_samples), sampling
-(rollout.temperature, eval_greedy, rollout.top_p), seed and episodes per engine call. A plain Hugging Face model
+(rollout.temperature, eval_greedy, rollout.top_p, rollout.top_k), seed and episodes per engine call. A plain Hugging Face model
 directory gets the config defaults with a budget of 4096 response tokens and 4096 per turn. In single mode, unless
 the run played single-turn math, the one turn may use the whole response budget. Options, then key=value overrides
 (run config keys, e.g. rollout.max_model_len=8192 env.max_turns=5), change them."""
@@ -61,6 +61,8 @@ def add_eval_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature, 0 = greedy (default: "
                    "the run's, else 1.0)")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the run's, else 1.0)")
+    p.add_argument("--top-k", type=int, default=None, help="top-k sampling, 0 for every token (default: the run's, "
+                   "else 0)")
     p.add_argument("--max-tokens", type=int, default=None, help="response budget per episode, all turns and tool "
                    "output (default: the run's rollout.max_response_tokens, else 4096)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per assistant turn (default: the "
@@ -163,7 +165,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     page = write_eval_report(plan.out, summary)
     s = plan.meta
     print(f"{s['label']}: {s['mode']} mode, k={s['k']} samples per problem, temperature {s['temperature']:g}, "
-          f"top_p {s['top_p']:g}; figures in %")
+          f"top_p {s['top_p']:g}, top_k {s.get('top_k', 0)}; figures in %")
     Console().print(score_table(summary))
     for line in ungradable_lines(summary):
         print(line)

@@ -103,7 +103,8 @@ def _option_overrides(args: argparse.Namespace, plain: bool) -> list[str]:
         if plain else []
     out.append(f"rollout.engine={args.engine}")
     for flag, key in (("max_tokens", "rollout.max_response_tokens"), ("max_new_tokens", "rollout.max_new_tokens"),
-                      ("top_p", "rollout.top_p"), ("k", "eval_samples"), ("seed", "seed")):
+                      ("top_p", "rollout.top_p"), ("top_k", "rollout.top_k"), ("k", "eval_samples"),
+                      ("seed", "seed")):
         if getattr(args, flag) is not None:
             out.append(f"{key}={getattr(args, flag)}")
     if args.temperature is not None:
@@ -246,7 +247,8 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     s = benchmarks[0].settings
     meta = {"label": args.model, "model": str(model), "mode": mode, "k": s.samples_per_task,
-            "temperature": 0.0 if s.greedy else s.temperature, "top_p": s.top_p, "seed": s.seed,
+            "temperature": 0.0 if s.greedy else s.temperature, "top_p": s.top_p, "top_k": s.top_k,
+            "seed": s.seed,
             "max_response_tokens": s.limits.max_response_tokens, "max_new_tokens": s.limits.max_new_tokens,
             "engine": r.engine, "dtype": r.dtype,
             "settings_from": str(model / RUN_CONFIG_FILE) if run_cfg is not None else "alprl defaults (no run config)"}

@@ -41,6 +41,7 @@ class EvalSettings:
     greedy: bool
     temperature: float
     top_p: float
+    top_k: int
     seed: int
     num_envs: int
 

@@ -78,7 +78,8 @@ def run_robustness(checkpoint: str | Path, settings: EvalSettings,
     pool = ThreadPoolExecutor(max_workers=8)
 
     def run_eval(perturbed) -> list[dict[str, Any]]:
-        engine = HFEngine(perturbed, tokenizer, dtype=dtype, temperature=settings.temperature, top_p=settings.top_p)
+        engine = HFEngine(perturbed, tokenizer, dtype=dtype, temperature=settings.temperature, top_p=settings.top_p,
+                          top_k=settings.top_k)
         return evaluation_records(engine, agent, env_list, split, num_tasks, settings.limits,
                                   samples_per_task=settings.samples_per_task, greedy=settings.greedy,
                                   seed=settings.seed, pool=pool)

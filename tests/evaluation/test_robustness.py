@@ -253,7 +253,7 @@ def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
     scales = {"noise": [0.0, 4.0], "prune": [0.0, 0.95], "quant": ["int8", "int2"]}
     # the generated env as the solver was trained on it: every difficulty and task type, gym's defaults
     settings = EvalSettings(env=EnvConfig(difficulty=0, max_turns=5), limits=RolloutLimits(24, 48, 32),
-                            samples_per_task=1, greedy=True, temperature=1.0, top_p=1.0, seed=0, num_envs=16)
+                            samples_per_task=1, greedy=True, temperature=1.0, top_p=1.0, top_k=0, seed=0, num_envs=16)
     page = run_robustness(solver_dir, settings, ["noise", "prune", "quant"], scales, tmp_path, num_tasks=4)
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     assert len(records) == 7 * 4 and {r["task_id"] for r in records} == {f"tir/test/{i}" for i in range(4)}

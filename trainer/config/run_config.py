@@ -62,7 +62,8 @@ def eval_settings(cfg: TrainConfig) -> EvalSettings:
     many episodes per engine call as a training step plays (so the per-episode sampling seeds match too)."""
     r = cfg.rollout
     return EvalSettings(env=cfg.env, limits=rollout_limits(cfg), samples_per_task=cfg.eval_samples,
-                        greedy=cfg.eval_greedy, temperature=r.temperature, top_p=r.top_p, seed=cfg.seed,
+                        greedy=cfg.eval_greedy, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                        seed=cfg.seed,
                         num_envs=r.prompts_per_step * r.group_size)
 
 
