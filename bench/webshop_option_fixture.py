@@ -27,11 +27,12 @@ import itertools
 import json
 import platform
 import sys
-import warnings
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scorer fixture's checks, beside this script
+from webshop_thefuzz_fixture import THEFUZZ_VERSION, thefuzz_module  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-THEFUZZ_VERSION = "0.19.0"
 
 
 def _module(path: Path):
@@ -44,18 +45,8 @@ def _module(path: Path):
 
 
 def _fuzz():
-    """thefuzz's fuzz module, after checking it is 0.19.0 on difflib (what WebShop's environment runs)."""
-    from importlib.metadata import version
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # its "slow pure-python SequenceMatcher" warning is the point here
-        from thefuzz import fuzz
-    if version("thefuzz") != THEFUZZ_VERSION:
-        raise SystemExit(f"webshop_option_fixture: thefuzz {version('thefuzz')} found, {THEFUZZ_VERSION} needed")
-    if fuzz.SequenceMatcher.__module__ != "difflib":
-        raise SystemExit("webshop_option_fixture: thefuzz scores with python-Levenshtein here; use an environment "
-                         "without it, as WebShop's")
-    return fuzz
+    """thefuzz 0.19 on difflib, checked as the scorer fixture checks it (bench/webshop_thefuzz_fixture.py)."""
+    return thefuzz_module("webshop_option_fixture")
 
 
 def webshop_option_reward(webshop: Path):

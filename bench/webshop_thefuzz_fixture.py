@@ -83,19 +83,24 @@ NAMED: tuple[tuple[object, object, str], ...] = (
 )
 
 
-def thefuzz_scorer():
-    """thefuzz's token_set_ratio, after checking it is 0.19.0 on difflib (what WebShop's environment runs)."""
+def thefuzz_module(script: str = "webshop_thefuzz_fixture"):
+    """thefuzz's fuzz module, after checking it is 0.19.0 on difflib (what WebShop's environment runs)."""
     from importlib.metadata import version
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # its "slow pure-python SequenceMatcher" warning is the point here
         from thefuzz import fuzz
     if version("thefuzz") != THEFUZZ_VERSION:
-        raise SystemExit(f"webshop_thefuzz_fixture: thefuzz {version('thefuzz')} found, {THEFUZZ_VERSION} needed")
+        raise SystemExit(f"{script}: thefuzz {version('thefuzz')} found, {THEFUZZ_VERSION} needed")
     if fuzz.SequenceMatcher.__module__ != "difflib":
-        raise SystemExit("webshop_thefuzz_fixture: thefuzz scores with python-Levenshtein here; use an "
-                         "environment without it, as WebShop's")
-    return fuzz.token_set_ratio
+        raise SystemExit(f"{script}: thefuzz scores with python-Levenshtein here; use an environment without it, "
+                         "as WebShop's")
+    return fuzz
+
+
+def thefuzz_scorer():
+    """thefuzz's token_set_ratio (see `thefuzz_module`)."""
+    return thefuzz_module().token_set_ratio
 
 
 def taxonomy_pairs() -> list[tuple[object, object]]:
