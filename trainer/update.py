@@ -117,8 +117,8 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         padded_tokens += sub.input_ids.numel()
         seed = noise_seed(noise_base + i, settings.ctx.rank)
         with perturbation.active(seed=seed) if perturbation else nullcontext():
-            logp, entropy = compute_logprobs(model, sub, settings.temperature, with_entropy=True,
-                                             top_p=settings.top_p, top_k=settings.top_k)
+            logp, entropy = compute_logprobs(model, sub, settings.temperature, with_entropy=True, top_p=settings.top_p,
+                                             top_k=settings.top_k, entropy_grad=bool(settings.algo.entropy_coef))
             loss, metrics = micro_batch_objective(settings.algo, sub, logp, entropy, n_tokens=n_tokens,
                                                   n_seqs=n_seqs, norm_len=settings.norm_len)
             (scaler.scale(loss) if scaler is not None else loss).backward()  # fp16: tiny gradients not flushed to 0

@@ -88,60 +88,78 @@ class HFEngine:
             mask[i, width - len(r.prompt_ids):] = 1
         return ids, mask
 
-    def _sample(self, logits: torch.Tensor, greedy: bool,
-                gen: torch.Generator | list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits: (N, V) → sampled ids (N,), their log-probs (N,) under the sampling distribution; `gen`: one
-        generator for the batch or one per row."""
+    def _sample(self, logits: torch.Tensor, greedy: bool, uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits: (N, V), `uniform`: (N,) in [0, 1) → sampled ids (N,) and their log-probs (N,) under the sampling
+        distribution. Inverse-CDF sampling: row i takes the first token whose cumulative probability exceeds
+        uniform[i], so one vectorized call serves rows with their own generators."""
         scaled = truncate_logits(logits.float() / self.temperature, top_p=self.top_p, top_k=self.top_k)
-        logprobs = scaled.log_softmax(-1)
+        logprobs = scaled.log_softmax(-1)  # (N, V)
         if greedy:
             tokens = logprobs.argmax(-1)
-        elif isinstance(gen, list):
-            probs = logprobs.exp()
-            tokens = torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(gen)])
         else:
-            tokens = torch.multinomial(logprobs.exp(), 1, generator=gen).squeeze(-1)
+            cdf = logprobs.exp().cumsum(-1)  # (N, V)
+            total = cdf[:, -1:]
+            # strictly below the total, so a token is always found; `right`: never a zero-probability token
+            target = torch.minimum(uniform[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
+            tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1)
         return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+    @staticmethod
+    def _uniforms(n: int, steps: int, seed: Seed) -> torch.Tensor:
+        """(N, S) uniforms for N requests' S sampling steps: from each request's own generator for a per-request
+        seed list (a request then samples the same tokens whatever else is in the batch, as with vLLM), else
+        from one generator for the batch."""
+        if isinstance(seed, list | tuple):
+            return torch.stack([torch.rand(steps, generator=torch.Generator().manual_seed(int(s) % (2**63)))
+                                for s in seed]) if n else torch.zeros((0, steps))
+        return torch.rand((n, steps), generator=torch.Generator().manual_seed(batch_seed(seed)))
 
     @torch.no_grad()
     def generate(self, requests: list[GenerationRequest], *, greedy: bool = False,
                  seed: Seed = None) -> list[GenerationResult]:
         """One batched call. A per-request seed list gives each request its own generator, as vLLM does, so a
         request samples the same tokens whatever else is in the batch (data-parallel ranks split a step's episodes
-        and must sample what one process would); one int seeds one generator for the batch."""
+        and must sample what one process would); one int seeds one generator for the batch. Rows that finish
+        leave the batch (and the KV cache) once they are a quarter of it, so short replies stop costing compute."""
         budgets = [min(r.max_new_tokens, self.max_model_len - len(r.prompt_ids)) for r in requests]
         if not requests or max(budgets) <= 0:
             return [GenerationResult([], [], "length") for _ in requests]
-        if isinstance(seed, list | tuple):
-            gen = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seed]
-        else:
-            gen = torch.Generator().manual_seed(batch_seed(seed))
+        n, steps = len(requests), max(budgets)
+        uniform = self._uniforms(n, steps, seed)  # (N, S)
         ids, attn = self._prefill_inputs(requests)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)  # (N, P)
         cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True,
-                         logits_to_keep=1, **{self._cache_kw: cache})
-        n = len(requests)
+        logits = self.model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True,
+                            logits_to_keep=1, **{self._cache_kw: cache}).logits[:, -1, :]  # (N, V)
         results = [GenerationResult([], [], "length") for _ in requests]
         done = [b <= 0 for b in budgets]
         texts = [""] * n
-        last_pos = positions[:, -1]
-        for _ in range(max(budgets)):
-            if all(done):
-                break
-            tokens, logps = self._sample(out.logits[:, -1, :], greedy, gen)
-            for i in range(n):
+        rows = list(range(n))  # the request behind each row of the batch
+        last_pos = positions[:, -1]  # (n_rows,)
+        for t in range(steps):
+            tokens, logps = self._sample(logits, greedy, uniform[rows, t])
+            for row, i in enumerate(rows):
                 if done[i]:
                     continue
-                tok = int(tokens[i])
+                tok = int(tokens[row])
                 results[i].token_ids.append(tok)
-                results[i].logprobs.append(float(logps[i]))
+                results[i].logprobs.append(float(logps[row]))
                 done[i] = self._finished(requests[i], budgets[i], results[i], tok, texts, i)
-            tokens = torch.where(torch.tensor(done), torch.full_like(tokens, self.pad_id), tokens)
-            attn = torch.cat([attn, torch.ones((n, 1), dtype=attn.dtype)], dim=-1)
+            finished = [row for row, i in enumerate(rows) if done[i]]
+            if len(finished) == len(rows):
+                break
+            if 4 * len(finished) >= len(rows):  # drop finished rows from the batch and the cache
+                keep = torch.tensor([row for row, i in enumerate(rows) if not done[i]])
+                rows = [rows[row] for row in keep.tolist()]
+                cache.reorder_cache(keep)
+                tokens, attn, last_pos = tokens[keep], attn[keep], last_pos[keep]
+            else:  # a finished row still in the batch feeds padding
+                tokens = torch.where(torch.tensor([done[i] for i in rows]), torch.full_like(tokens, self.pad_id),
+                                     tokens)
+            attn = torch.cat([attn, torch.ones((len(rows), 1), dtype=attn.dtype)], dim=-1)
             last_pos = last_pos + 1
-            out = self.model(input_ids=tokens[:, None], attention_mask=attn, position_ids=last_pos[:, None],
-                             use_cache=True, **{self._cache_kw: cache})  # the cache grows in place
+            logits = self.model(input_ids=tokens[:, None], attention_mask=attn, position_ids=last_pos[:, None],
+                                use_cache=True, **{self._cache_kw: cache}).logits[:, -1, :]  # the cache grows in place
         return results
 
     def submit(self, requests: list[GenerationRequest], *, greedy: bool = False,

@@ -136,8 +136,9 @@ class _TableLM(nn.Module):
         self.table = nn.Embedding(vocab, vocab)
         nn.init.normal_(self.table.weight, generator=torch.Generator().manual_seed(0))
 
-    def forward(self, input_ids, attention_mask=None, use_cache=False):
-        return SimpleNamespace(logits=self.table(input_ids))  # (B, L, V)
+    def forward(self, input_ids, attention_mask=None, use_cache=False, logits_to_keep=0):
+        logits = self.table(input_ids)  # (B, L, V)
+        return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)  # HF's semantics
 
 
 def _lm_batch():

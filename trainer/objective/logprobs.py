@@ -34,15 +34,19 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 def response_logits(model: nn.Module, batch: Batch, temperature: float) -> torch.Tensor:
-    """Logits predicting each response token, (B, T, V), fp32, divided by temperature, on the model's device."""
+    """Logits predicting each response token, (B, T, V), fp32, divided by temperature, on the model's device. The
+    LM head runs only from the first position that predicts a response token (`logits_to_keep`), so a long
+    prompt costs no vocabulary-sized logits and no scatter of their gradient."""
     device = model_device(model)
+    start = batch.response_start.to(device)
+    width = batch.input_ids.shape[1]
+    first = max(int(batch.response_start.min()) - 1, 0) if len(batch) else 0  # position predicting a response token
     out = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                use_cache=False)
-    logits = out.logits  # (B, L, V); position p predicts token p + 1
+                use_cache=False, logits_to_keep=width - first)
+    logits = out.logits  # (B, L - first, V); kept position q predicts token first + q + 1
     t = batch.response_ids.shape[1]
     offsets = torch.arange(t, device=device)[None, :]  # (1, T)
-    start = batch.response_start.to(device)
-    index = (start[:, None] - 1 + offsets).clamp(max=logits.shape[1] - 1)  # (B, T)
+    index = (start[:, None] - 1 - first + offsets).clamp(max=logits.shape[1] - 1)  # (B, T)
     picked = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[-1]))  # (B, T, V)
     return picked.float() / temperature
 
@@ -59,11 +63,12 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 
 def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, with_entropy: bool = False, *,
-                     top_p: float = 1.0, top_k: int = 0,
-                     probe: TruncationProbe | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     top_p: float = 1.0, top_k: int = 0, probe: TruncationProbe | None = None,
+                     entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logp (B, T), entropy (B, T) or None) on the batch's device; padding positions hold garbage — always use
     the mask. `top_p` / `top_k`: the sampler's truncation, replayed (`truncated_token_logprobs`); `probe` collects
-    its metrics over the sampled tokens."""
+    its metrics over the sampled tokens. The entropy carries a gradient only with `entropy_grad` (an entropy
+    term in the loss); as a metric it costs no backward through the (B, T, V) softmax."""
     logits = response_logits(model, batch, temperature)
     ids = batch.response_ids.to(logits.device)
     if keeps_all(top_p, top_k):
@@ -73,7 +78,10 @@ def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, with_en
         logp = trunc.logp
         if probe is not None:
             probe.add(trunc, batch.loss_mask)
-    entropy = entropy_from_logits(logits) if with_entropy else None  # the full distribution's
+    entropy = None
+    if with_entropy:  # the full distribution's
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
     home = batch.response_ids.device
     if logits.device != home:
         logp, entropy = logp.to(home), (entropy.to(home) if entropy is not None else None)
