@@ -75,7 +75,8 @@ def grade(pred: str | None, gold: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) 
     if len(pred) > MAX_ANSWER_CHARS:
         return False
     if PLAIN_INTEGER.fullmatch(pred.strip()) and PLAIN_INTEGER.fullmatch(gold.strip()):
-        return int(pred) == int(gold)
+        # the stripped text: str.strip() drops characters int() refuses (a control character such as \x1f)
+        return int(pred.strip()) == int(gold.strip())
     try:
         return _POOL.grade(pred, gold, float(timeout_s))
     except Exception:  # e.g. no child could be started (OSError): an env must get a verdict, not an exception

@@ -165,6 +165,13 @@ def test_integer_fast_path_agrees_with_math_verify(pred, gold):
     assert grade(pred, gold) == verify_answer(pred.strip(), gold)
 
 
+@pytest.mark.parametrize("pred", ["\x1f24392", "24392\x1c", "\x1e24392\x1d"])
+def test_an_integer_wrapped_in_control_characters_is_graded_not_an_exception(pred):
+    # str.strip() drops these separators while int() refuses them; a policy printed one inside its box
+    assert pred.strip() == "24392"
+    assert grade(pred, "24392") is True and grade(pred, "24393") is False
+
+
 def test_grade_is_false_not_an_exception_when_no_child_can_start(fresh_pool, monkeypatch):
     def refuse():
         raise OSError("fork: resource temporarily unavailable")
