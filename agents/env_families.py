@@ -5,13 +5,15 @@ dataset files (`env.dataset`); and `problem_count`, the size of a configured env
 Every caller — rollouts, evaluation, SFT, `alprl robustness`, config validation — looks an env up here; a new
 env is one more `EnvEntry`. Adapters to the real environments (ALFWorld, a WebShop server) share their
 generated twin's agent, wrapper and prompt, so a model trained on the twin runs on them unchanged; they have
-no SFT expert (the twin's episodes are the warm start).
+no SFT expert (the twin's episodes are the warm start). `alprl/OpenEnv-v0` (any OpenEnv server) has no twin:
+a plain one-action-per-line agent plays it, and RL starts from a model (`model.path`).
 
 `env_cfg` below is the run config's `env` section (`trainer.config.train_config.EnvConfig`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +28,13 @@ from agents.experts import (
     play_tir_expert,
     play_webshop_expert,
 )
-from agents.household_agent import HOUSEHOLD_SYSTEM_PROMPT, HouseholdAgent, StepContext
+from agents.household_agent import (
+    HOUSEHOLD_SYSTEM_PROMPT,
+    OPENENV_SYSTEM_PROMPT,
+    HouseholdAgent,
+    OpenEnvAgent,
+    StepContext,
+)
 from agents.projection import ActionProjection
 from agents.rollout import Agent
 from agents.templates.check import strip_refusal
@@ -84,7 +92,8 @@ def _problem_kwargs(e: Any) -> dict:
     """The problem-source arguments both math envs take (`envs.tir.problems.ProblemSource`)."""
     return {"difficulty": e.difficulty or None, "task_types": e.task_types or None, "dataset": e.dataset,
             "eval_dataset": e.eval_dataset, "dataset_format": e.dataset_format,
-            "dataset_split_field": e.dataset_split_field, "dataset_fields": dict(e.dataset_fields) or None}
+            "dataset_split_field": e.dataset_split_field, "dataset_fields": dict(e.dataset_fields) or None,
+            "reasoning_gym": dataclasses.asdict(e.reasoning_gym)}
 
 
 def _tir_kwargs(e: Any) -> dict:
@@ -113,6 +122,11 @@ ENTRIES: tuple[EnvEntry, ...] = (
              | _step_limit(e), task_types=tuple(ALFWORLD_TASK_TYPES), **_HOUSEHOLD),
     EnvEntry("alprl/WebShopServer-v0", "webshop-server",
              env_kwargs=lambda e: {"server_url": e.webshop_url or None} | _step_limit(e), **_WEBSHOP),
+    # any OpenEnv server: a plain one-action-per-line agent, no expert (start from a model), no projection
+    EnvEntry("alprl/OpenEnv-v0", "openenv", OpenEnvAgent,
+             lambda e: {"base_url": e.openenv.url or None, "action_field": e.openenv.action_field,
+                        "observation_field": e.openenv.observation_field} | _step_limit(e),
+             lambda style: OPENENV_SYSTEM_PROMPT),
 )
 BY_ID = {entry.env_id: entry for entry in ENTRIES}
 BY_ALIAS = {entry.alias: entry for entry in ENTRIES}

@@ -1,4 +1,5 @@
-"""Household (ALFWorld-style) agent formatting, and the command-line format it shares with the WebShop agent.
+"""Household (ALFWorld-style) agent formatting, and the command-line format it shares with the WebShop agent and
+the plain agent of alprl/OpenEnv-v0 (`OpenEnvAgent`: any OpenEnv server, nothing specific to one environment).
 
 Format (ReAct's ALFWorld transcripts, reference/environments.md §4, kept short for tiny models): like the TIR agent,
 the whole episode is ONE assistant message. The system prompt states the rules; the user message is the task (for
@@ -127,6 +128,17 @@ def parse_command(text: str) -> str:
     """First line of `text`, stripped, without a leading ">" (models sometimes repeat the line opener)."""
     line = text.strip().split(STOP, 1)[0].strip()
     return line[1:].strip() if line.startswith(">") else line
+
+
+OPENENV_SYSTEM_PROMPT = "Interact with the environment to complete its task. Reply with one action per line."
+
+
+class OpenEnvAgent(CommandLineAgent):
+    """alprl/OpenEnv-v0's agent: the first observation as the user message, each later one as the env wrote it,
+    one action per line (which suits OpenEnv's text games and command envs; multi-line actions need their own)."""
+
+    system_prompt = OPENENV_SYSTEM_PROMPT
+    max_obs_chars = 2000  # cut on text, as for the household; the rollout's max_obs_tokens cuts tokens after
 
 
 class HouseholdAgent(CommandLineAgent):

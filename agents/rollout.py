@@ -1,6 +1,7 @@
-"""Multi-turn rollout driver: the ONLY place that builds `loss_mask` (through `Trajectory.append`; a whole episode
-leaves the loss through `Trajectory.mask_out`, here, in DAPO's overlong filter, trainer/algorithms/dapo.py, and for
-a group's lone valid member, trainer/objective/infra_failures.py).
+"""Multi-turn rollout driver: with the policy endpoint's recorder (agents/endpoint/recorder.py, which stitches a
+user's harness's calls for `rollout.source=harness`), the ONLY place that builds `loss_mask` (through
+`Trajectory.append`; a whole episode leaves the loss through `Trajectory.mask_out`, here, in DAPO's overlong
+filter, trainer/algorithms/dapo.py, and for a group's lone valid member, trainer/objective/infra_failures.py).
 
 Each turn of an episode: its context (prompt + response so far) goes to the engine; the sampled tokens are
 appended with mask 1 and their engine log-probs; the decoded turn text goes to `env.step`; the observation is

@@ -76,9 +76,10 @@ class Trajectory:
 
     def mark_infra_failure(self, reason: str) -> None:
         """The episode's outcome is not the policy's: `info["infra_failure"]` = reason (one of
-        `INFRA_FAILURE_REASONS`) and out of the loss (`mask_out(reason)`). Called by agents/rollout.py only, once
-        the episode has ended, with reward 0 (the rollout, which writes rewards, ended it so); the run's
-        `rollout.infra_failures` decides what its group makes of it."""
+        `INFRA_FAILURE_REASONS`) and out of the loss (`mask_out(reason)`). Called by agents/rollout.py and the
+        policy endpoint's recorder (agents/endpoint/recorder.py) only, once the episode has ended, with reward 0
+        (the driver, which writes rewards, ended it so); the run's `rollout.infra_failures` decides what its group
+        makes of it."""
         if reason not in INFRA_FAILURE_REASONS:
             raise ValueError(f"mark_infra_failure: unknown reason {reason!r}; "
                              f"valid: {', '.join(INFRA_FAILURE_REASONS)}")
@@ -95,10 +96,12 @@ class Trajectory:
         return sum(self.loss_mask)
 
 
-INFRA_FAILURE_REASONS = ("sandbox_error", "engine_error", "context_overflow", "episode_timeout")
+INFRA_FAILURE_REASONS = ("sandbox_error", "engine_error", "context_overflow", "episode_timeout", "harness_error")
 """Why an episode's outcome is not the policy's (agents/rollout.py says when each applies): a tool call the sandbox
 could not run after the client's retries; the engine failed the episode's request; the context filled on tokens the
-policy did not sample (the prompt, a tool's output or an env page); the rollout call's wall-clock limit."""
+policy did not sample (the prompt, a tool's output or an env page); the rollout call's wall-clock limit; a user's
+harness (`rollout.source=harness`) that raised, returned no reward or sent the policy endpoint a request it refused
+(agents/endpoint/harness.py)."""
 
 
 ANCHOR_OBS_KEY = "anchor_obs"

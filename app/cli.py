@@ -1,4 +1,4 @@
-"""`alprl` command line: train, sft, demo, report, eval, robustness, experiment, check-template, sandbox.
+"""`alprl` command line: train, sft, demo, report, eval, robustness, experiment, check-template, env, sandbox.
 
 Configs are YAML files overriding the dataclass defaults of trainer/config/train_config.py, plus `key=value`
 overrides (dotted keys, YAML values) and `algorithm=<preset>`, in the order `CONFIG_ORDER` states. A bad key or value
@@ -17,6 +17,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from app.check_template import add_check_template_parser, run_check_template_command
+from app.env_serve import add_env_parser, run_env_command
 from app.eval_cli import add_eval_parser, run_eval_command
 from app.experiment_run import add_experiment_parser, run_experiment_command
 from trainer.config.errors import ConfigError
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_robustness_parser(sub)
     add_experiment_parser(sub)
     add_check_template_parser(sub)
+    add_env_parser(sub)
     sub.add_parser("sandbox", help="the code-execution service (alprl sandbox serve --help)", add_help=False)
     return parser
 
@@ -100,7 +102,8 @@ def _add_robustness_parser(sub) -> None:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     rob.add_argument("--checkpoint", required=True, help="HF model directory (e.g. runs/demo/checkpoints/step_30)")
     rob.add_argument("--env", default="", help="an env alias of agents/env_families.py (tir, math, household, "
-                     "webshop, alfworld, webshop-server) or an alprl env id (default: the run's env, else tir)")
+                     "webshop, alfworld, webshop-server, openenv) or an alprl env id (default: the run's env, "
+                     "else tir)")
     rob.add_argument("--perturb", default="noise,prune,quant", help="families, comma separated "
                      "(noise, prune, prune_nm, quant)")
     rob.add_argument("--scales", default="", help="per-family scales, e.g. 'noise=0.05,0.1;quant=int8,int4' "
@@ -256,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
     if args.command == "check-template":
         return run_check_template_command(args)
+    if args.command == "env":
+        return run_env_command(args)
     if args.command == "robustness":
         return run_robustness_command(args)
     if args.command == "eval":

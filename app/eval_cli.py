@@ -21,7 +21,9 @@ report.html (tables + pass@k plots).
 --bench NAME=PATH plays a local JSONL / JSON / parquet file as the test split (layouts detected from the columns:
 MATH500, AIME 2024/2025, Minerva, OlympiadBench, verl/DAPO parquet, question/answer; env.dataset_format=... names
 one). A built-in NAME plays an env's own test split: tir / math (the generated arithmetic problems, with and
-without the tool), household, webshop, alfworld, webshop-server.
+without the tool), household, webshop, alfworld, webshop-server. rg:NAME[,NAME...] plays reasoning-gym datasets'
+held-out problems, one benchmark per dataset, graded by each dataset's own score_answer (reward: the score, partial
+credit included; avg@k and pass@k: full credit); env.reasoning_gym.* sets their sizes, seed and config.
 
 --mode single: one turn without a tool, the system prompt "Please reason step by step, and put your final answer
 within \\boxed{}." (alprl/Math-v0); --mode tir: multi-turn with the Python tool (alprl/TIRMath-v0). Prompts go
@@ -53,7 +55,8 @@ def add_eval_parser(sub) -> None:
     p.add_argument("--model", required=True, help="a Hugging Face causal LM directory or an alprl checkpoint "
                    "(e.g. runs/demo/checkpoints/step_30)")
     p.add_argument("--bench", action="append", required=True, metavar="NAME=PATH[,NAME=PATH...]",
-                   help="benchmarks: dataset files, or built-in names; repeatable")
+                   help="benchmarks: dataset files, built-in names, or rg:NAME[,NAME...] (reasoning-gym); "
+                   "repeatable")
     p.add_argument("--mode", choices=["single", "tir"], default=None,
                    help="how dataset files are played (default: tir for a run that played TIR math, else single)")
     p.add_argument("--k", type=int, default=None, help="samples per problem (default: the run's eval_samples, "

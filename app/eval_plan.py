@@ -12,6 +12,11 @@ seed. Per benchmark only the env section changes:
   apply to every benchmark file).
 - a built-in name (an env alias of `agents/env_families.py`: tir, math, household, webshop, ...) plays that env's
   own test split (the generated arithmetic problems for tir and math).
+- `rg:<name>[,<name>...]` plays each reasoning-gym dataset's held-out problems (`envs/datasets/reasoning_gym.py`)
+  as a benchmark of its own, `rg:<name>`, in the mode's env, graded by the dataset's `score_answer`: so avg@k and
+  pass@k come per dataset, and the mean reward is the mean score, partial credit included. Names after `rg:` are
+  reasoning-gym names up to the next NAME=PATH or `rg:` item. The run's `env.reasoning_gym` section (sizes, seed,
+  per-dataset config) is kept, so a run trained on reasoning-gym is scored on its own held-out problems.
 Every file is loaded and checked here (`trainer.config.validation.validate_config`), so a bad file is one error before
 the engine starts. A plain Hugging Face model (no run config) gets the defaults plus a response budget a real model
 needs (`PLAIN_MODEL_BUDGET`); in single mode, when the run did not play single-turn math, the one turn may use the
@@ -33,14 +38,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.engines import resolve_kind
+from agents.engines import resolve_kind, vllm_only
 from agents.env_families import BY_ALIAS, env_entry, problem_count
 from agents.models import resolve_local
-from envs.datasets import DatasetError, fingerprint
-from envs.tir.problems import load_split
+from envs.datasets import DatasetError, source_fingerprint, source_location
+from envs.datasets import reasoning_gym as rg
+from envs.tir.problems import ProblemSource
 from evaluation.eval_run import Benchmark
 from evaluation.evaluate import EvalSettings
 from trainer.config.errors import ConfigError
+from trainer.config.rollout_config import engine_options
 from trainer.config.run_config import (
     DATASET_KEYS,
     RUN_CONFIG_FILE,
@@ -50,6 +57,7 @@ from trainer.config.run_config import (
 )
 from trainer.config.train_config import EnvConfig, TrainConfig, build_config, parse_overrides
 from trainer.config.validation import validate_config
+from trainer.runtime.model_shape import shape_from_config_json
 
 MODE_ENVS = {"single": "alprl/Math-v0", "tir": "alprl/TIRMath-v0"}
 PLAIN_MODEL_BUDGET = 4096
@@ -60,6 +68,8 @@ BUILTIN_TASKS = {"alprl/TIRMath-v0": 500, "alprl/Math-v0": 500}
 `AGENTIC_TASKS` (their episodes run up to 50 steps)."""
 AGENTIC_TASKS = 100
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+RG_BENCH = "rg:"
+"""`--bench rg:<name>,...`: reasoning-gym datasets, each a benchmark named rg:<name>."""
 
 
 @dataclass(frozen=True)
@@ -76,26 +86,41 @@ class EvalPlan:
 
 
 def parse_benches(specs: list[str]) -> list[tuple[str, str]]:
-    """['a=F1,b=F2', 'household'] → [('a', 'F1'), ('b', 'F2'), ('household', '')] ('' = built-in)."""
+    """['a=F1,b=F2', 'household', 'rg:x,y'] → [('a', 'F1'), ('b', 'F2'), ('household', ''),
+    ('rg:x', 'reasoning_gym:x'), ('rg:y', 'reasoning_gym:y')] ('' = built-in)."""
     out = []
-    for item in (part.strip() for spec in specs for part in spec.split(",")):
-        if not item:
-            continue
-        name, sep, path = item.partition("=")
-        name, path = name.strip(), path.strip()
-        if not _NAME.fullmatch(name) or (sep and not path):
-            raise ValueError(f"--bench {item!r}: expected NAME=PATH (NAME of letters, digits, _ . + -) or a "
-                             f"built-in name ({', '.join(BY_ALIAS)})")
-        if not sep and name not in BY_ALIAS:
-            raise ValueError(f"--bench {name!r} is no built-in benchmark ({', '.join(BY_ALIAS)}); give a dataset "
-                             f"file as {name}=PATH")
-        out.append((name, path))
+    for spec in specs:
+        reasoning_gym = False  # whether the items go on naming reasoning-gym datasets
+        for item in (part.strip() for part in spec.split(",")):
+            reasoning_gym = item.startswith(RG_BENCH) or (reasoning_gym and "=" not in item)
+            if item and reasoning_gym:
+                name = item.removeprefix(RG_BENCH).strip()
+                try:
+                    rg.check_name(name)
+                except rg.ReasoningGymError as exc:
+                    raise ValueError(f"--bench {RG_BENCH}{name}: {exc}") from None
+                out.append((RG_BENCH + name, rg.PREFIX + name))
+            elif item:
+                out.append(_named_bench(item))
     if not out:
         raise ValueError("--bench: no benchmark given (e.g. --bench math500=data/math500.jsonl)")
     names = [n for n, _ in out]
     if len(set(names)) != len(names):
         raise ValueError(f"--bench: benchmark names must differ, got {', '.join(names)}")
     return out
+
+
+def _named_bench(item: str) -> tuple[str, str]:
+    """NAME=PATH or a built-in name → (name, path or '')."""
+    name, sep, path = item.partition("=")
+    name, path = name.strip(), path.strip()
+    if not _NAME.fullmatch(name) or (sep and not path):
+        raise ValueError(f"--bench {item!r}: expected NAME=PATH (NAME of letters, digits, _ . + -) or a "
+                         f"built-in name ({', '.join(BY_ALIAS)})")
+    if not sep and name not in BY_ALIAS:
+        raise ValueError(f"--bench {name!r} is no built-in benchmark ({', '.join(BY_ALIAS)}); give a dataset "
+                         f"file as {name}=PATH, or reasoning-gym datasets as rg:<name>")
+    return name, path
 
 
 def _option_overrides(args: argparse.Namespace, plain: bool) -> list[str]:
@@ -145,8 +170,19 @@ def base_config(args: argparse.Namespace, model: Path) -> tuple[TrainConfig, Tra
     overrides = ["eval_tasks=0", *_option_overrides(args, run_cfg is None), *overrides]
     cfg = load_run_config(model, overrides, without_datasets=True) if run_cfg is not None else \
         build_config(None, overrides)
-    rollout = dataclasses.replace(cfg.rollout, engine=resolve_kind(cfg.rollout.engine))
+    engine = resolve_kind(cfg.rollout.engine, model_parameters(model),
+                          vllm_only_option=vllm_only(cfg.rollout.schedule, engine_options(cfg.rollout)))
+    rollout = dataclasses.replace(cfg.rollout, engine=engine)  # the header names it; `auto` as `alprl train` picks
     return dataclasses.replace(cfg, rollout=rollout), run_cfg
+
+
+def model_parameters(model: Path) -> int | None:
+    """The model's parameter count from its config.json, as `auto` weighs it (None: no readable config.json)."""
+    try:
+        config = json.loads((Path(model) / "config.json").read_text())
+        return shape_from_config_json(str(model), config, str(model)).params()
+    except (OSError, ValueError, ConfigError):
+        return None
 
 
 def default_mode(run_cfg: TrainConfig | None) -> str:
@@ -162,6 +198,7 @@ def _bench_env(cfg: TrainConfig, env_id: str, path: str, overrides: list[str]) -
     env_overrides = [o for o in rest if o.partition("=")[0].strip().startswith("env.")]
     env = cfg.env if cfg.env.id == env_id else build_config(None, [f"env.id={env_id}", *env_overrides]).env
     cleared = {k: ({} if k == "dataset_fields" else "") for k in DATASET_KEYS}
+    layout = {} if rg.is_spec(path) else layout  # a reasoning-gym benchmark has no columns
     return dataclasses.replace(env, **(cleared | layout | {"eval_dataset": path} if path else cleared))
 
 
@@ -183,7 +220,7 @@ def make_benchmark(cfg: TrainConfig, run_cfg: TrainConfig | None, args: argparse
     if args.batch:
         settings = dataclasses.replace(settings, num_envs=args.batch)
     wanted = args.tasks or (size if path else BUILTIN_TASKS.get(env_id, AGENTIC_TASKS))
-    source = str(Path(path).resolve()) if path else f"{env_id} test split"
+    source = source_location(path) if path else f"{env_id} test split"
     num_tasks = min(wanted, size)
     return Benchmark(name, settings, num_tasks, source, ungradable_rows(bench_cfg.env, source, num_tasks) if path
                      else ())
@@ -191,8 +228,10 @@ def make_benchmark(cfg: TrainConfig, run_cfg: TrainConfig | None, args: argparse
 
 def ungradable_rows(env: EnvConfig, source: str, num_tasks: int) -> tuple[dict[str, Any], ...]:
     """The first `num_tasks` problems of a benchmark file whose gold is graded as a string, for the summary (the
-    file is already loaded: `load_split` caches it per process)."""
-    served = load_split(env.eval_dataset, format=env.dataset_format, fields=env.dataset_fields)
+    file is already loaded: `ProblemSource` caches it per process; a reasoning-gym source has none)."""
+    served = ProblemSource(eval_dataset=env.eval_dataset, dataset_format=env.dataset_format,
+                           dataset_fields=env.dataset_fields,
+                           reasoning_gym=dataclasses.asdict(env.reasoning_gym)).split("test")
     return tuple({"file": source, "row": r.row, "index": r.index, "reason": r.reason}
                  for r in served.ungradable if r.index < num_tasks)
 
@@ -242,7 +281,8 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
                 "dtype": r.dtype, "max_model_len": r.max_model_len, "quantization": r.quantization,
                 "kv_cache_dtype": r.kv_cache_dtype,
                 "benchmarks": {b.name: {"source": b.source, "num_tasks": b.num_tasks,
-                                        "file": fingerprint(b.source) if b.settings.env.eval_dataset else "",
+                                        "file": source_fingerprint(b.settings.env.eval_dataset)
+                                        if b.settings.env.eval_dataset else "",
                                         **dataclasses.asdict(b.settings)} for b in benchmarks}}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     s = benchmarks[0].settings

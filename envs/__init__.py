@@ -24,6 +24,9 @@ _register("alprl/WebShop-v0", "envs.webshop:WebShopEnv")
 # and its game files; a running WebShop server), so creating one without it raises AdapterUnavailable.
 _register("alprl/ALFWorld-v0", "envs.adapters.alfworld:ALFWorldEnv")
 _register("alprl/WebShopServer-v0", "envs.adapters.webshop_server:WebShopServerEnv")
+# Any OpenEnv environment server, played with text (envs/adapters/openenv_client.py); it needs the `openenv` extra
+# and a running server. `alprl env serve` serves alprl's own envs the other way (envs/adapters/openenv_server.py).
+_register("alprl/OpenEnv-v0", "envs.adapters.openenv_client:OpenEnvTextEnv")
 
 ADAPTER_TWINS = {"alprl/ALFWorld-v0": "alprl/Household-v0", "alprl/WebShopServer-v0": "alprl/WebShop-v0"}
 """Each adapter's generated twin: same observation text, action grammar and info keys, so the twin's agent (and a

@@ -7,6 +7,7 @@ episode plays is `trainer/tasks.py`'s.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -18,11 +19,12 @@ import gymnasium as gym
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agents.engines import Engine, make_engine
+from agents.engines import Engine, auto_engine, make_engine, vllm_only
 from agents.env_families import make_agent, make_env
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
 from agents.rollout import Agent
+from trainer.config.rollout_config import engine_options
 from trainer.config.train_config import TrainConfig
 from trainer.reference import frozen
 from trainer.runtime.distributed import SINGLE, DistContext, build_grad_scaler, shard_policy, visible_devices
@@ -136,11 +138,11 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
     with visible_devices(ctx):  # a rank's colocated vLLM sees only the rank's own GPU
         engine = make_engine(r.engine, model, tokenizer, model_path=start, dtype=r.dtype,
                              temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=cfg.seed,
-                             schedule=r.schedule,
-                             gpu_memory_utilization=r.gpu_memory_utilization,
-                             tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
-                             kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None,
-                             enable_sleep_mode=r.enable_sleep_mode)
+                             schedule=r.schedule, **engine_options(r))
+    if r.engine == "auto" and ctx.rank == 0:  # one line: which engine, and why (rollout.engine= overrides it)
+        kind, why = auto_engine(sum(p.numel() for p in model.parameters()),
+                                vllm_only_option=vllm_only(r.schedule, engine_options(r)))
+        print(f"alprl: rollout.engine=auto chose {kind} ({why})", file=sys.stderr)
     if engine.max_model_len <= r.max_response_tokens:
         log.warning("the model's context (%d tokens, from %s) cannot hold a prompt plus rollout.max_response_tokens="
                     "%d: episodes end when the context is full. Lower rollout.max_response_tokens, or rebuild the "

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from agents.endpoint.harness import HarnessSource, load_harness
+from agents.endpoint.service import EndpointSettings
 from agents.rollout import run_episodes
 from agents.trajectory import Trajectory
 from envs.splits import derive_seed
@@ -95,12 +97,17 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
     """This rank's rollouts of the step and their sampling metrics; with `algo.dynamic_sampling` zero-variance
     groups are dropped and refilled (trainer/algorithms/dapo.py), with `rollout.infra_failures=resample` episodes
     the infrastructure failed are played again first (trainer/objective/infra_failures.py). Each episode samples
-    with the seeds it has in the whole step's batch, so N ranks play the episodes one process would."""
+    with the seeds it has in the whole step's batch, so N ranks play the episodes one process would. With
+    `rollout.source=harness` the user's harness plays them through the policy endpoint instead of the native agent
+    loop, and an episode may come back as several samples (`rollout/prefix_breaks`)."""
     every = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
     specs, first = rank_share(every, c.dist)
     limits = rollout_limits(cfg)
+    harness = harness_source(c, cfg, first) if cfg.rollout.source == "harness" else None
 
     def run(batch_specs: list, seed: int) -> list[Trajectory]:
+        if harness is not None:  # one trajectory per episode here; `expand` adds the samples after prefix breaks
+            return harness.run(batch_specs, seed)
         return run_episodes(c.engine, c.agent, c.envs, batch_specs, limits, seed=seed, pool=c.pool,
                             first_index=first)
 
@@ -108,9 +115,25 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
         run = resampling(run)
     seed = derive_seed("rollout", cfg.seed, step)
     if cfg.algo.dynamic_sampling:
-        return collect_dynamic(cfg, step, specs, run, seed, c.dist.rank, c.dist.world_size,
-                               step_indices={s.options["index"] for s in every})
-    return run(specs, seed), {}
+        trajs, metrics = collect_dynamic(cfg, step, specs, run, seed, c.dist.rank, c.dist.world_size,
+                                         step_indices={s.options["index"] for s in every})
+    else:
+        trajs, metrics = run(specs, seed), {}
+    if harness is not None:
+        trajs, endpoint_metrics = harness.expand(trajs)
+        metrics |= endpoint_metrics
+    return trajs, metrics
+
+
+def harness_source(c: Components, cfg: TrainConfig, first: int) -> HarnessSource:
+    """`rollout.source=harness`: this rank's episodes played by `env.harness` through the policy endpoint, in front
+    of the run's engine, with the run's budgets and sampling settings (agents/endpoint/harness.py)."""
+    r = cfg.rollout
+    settings = EndpointSettings(r.max_new_tokens, r.max_response_tokens, stop_token_ids=list(r.stop_token_ids),
+                                tool_format=cfg.env.style, first_index=first, temperature=r.temperature,
+                                top_p=r.top_p, top_k=r.top_k)
+    return HarnessSource(c.engine, c.agent, c.tokenizer, c.envs, load_harness(cfg.env.harness), settings,
+                         concurrency=r.harness_concurrency, timeout_s=r.episode_timeout_s or None, pool=c.pool)
 
 
 def compute_advantages(batch: Batch, cfg: TrainConfig, trajs: list[Trajectory], members: torch.Tensor,

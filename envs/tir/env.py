@@ -1,5 +1,5 @@
 """`alprl/TIRMath-v0`: multi-turn math with a Python tool (reference/environments.md §0 and §1), on generated
-problems or on a dataset file's (`envs/tir/problems.py`)."""
+problems, a dataset file's or reasoning-gym's (`envs/tir/problems.py`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import gymnasium as gym
 
 from envs.tir.execution import EXEC_MODES, run_block
 from envs.tir.expert import expert_code_turn
-from envs.tir.grading import grade
-from envs.tir.problems import ProblemSource
+from envs.tir.problems import FULL_CREDIT, ProblemSource, score
 from envs.tir.styles import get_style
 from envs.tir.tasks import SPLIT_RANGES, TIRTask
 from envs.unicode_text import UnicodeText, utf8_clean
@@ -50,7 +49,9 @@ class TIRMathEnv(gym.Env):
     included); nothing raises.
 
     ## Reward
-    1.0 on the step that gives a correct `\\boxed{}` answer (math-verify against the gold answer), else 0.0.
+    On the step that gives an answer, its score (`envs.tir.problems.score`): 1.0 if it is correct (math-verify
+    against the gold answer), else 0.0; on a reasoning-gym problem, its dataset's `score_answer` of the answer,
+    partial credit included (in [0, 1]; `won` needs 1.0). Every other step 0.0.
 
     ## Episode End
     Terminated: the turn has a `\\boxed{` outside code (graded; that turn's code is not run); simpletir's
@@ -59,15 +60,16 @@ class TIRMathEnv(gym.Env):
     turn after the tool-call budget is spent; reward 0.
 
     ## Info
-    Every step: `admissible_commands` ([]), `won`, `task_score` (0/1), `task_id`, `task_type`, `difficulty`,
+    Every step: `admissible_commands` ([]), `won` (full credit), `task_score` (the answer's score: 0/1, or
+    reasoning-gym's), `task_id`, `task_type`, `difficulty`,
     `step` (turns so far), `invalid_action` (void or after-end step), `void_turn`, `num_tool_calls`,
     `tool_statuses` (Success|Failed|TimeLimitExceeded|SandboxError per call), `sandbox_error` (this step's call
     came back SandboxError: the sandbox could not run it, which says nothing about the policy; the rollout ends
     and masks such an episode, agents/rollout.py),
     `extracted_answer` (the policy's last boxed answer, "" if none); `replay_failed` in replay mode;
     `expert_plan` (the code turn of the scripted solver; [] for a dataset problem, which has none) when
-    `expert=True`. The gold answer never appears. A dataset problem's `task_type` is its source (benchmark or
-    data_source) and its `difficulty` 0.
+    `expert=True`. The gold answer never appears. A dataset problem's `task_type` is its source (benchmark,
+    data_source, or reasoning-gym dataset name) and its `difficulty` 0.
 
     ## Arguments
     - `style`: "simpletir" (default) | "torl" | "hermes" (code format, observation, truncation, stop strings).
@@ -82,7 +84,9 @@ class TIRMathEnv(gym.Env):
     - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.GENERATORS` or None (the default mix, `TASK_TYPES`);
       both filter generated problems only.
     - `dataset`, `eval_dataset`, `dataset_format`, `dataset_split_field`, `dataset_fields`: serve splits from
-      local math files instead of the generator (`envs/tir/problems.py` says which file serves which split).
+      local math files instead of the generator (`envs/tir/problems.py` says which file serves which split);
+      `dataset` / `eval_dataset` may be `reasoning_gym:<name>,...` instead, drawn as `reasoning_gym` says (size,
+      eval_size, seed, config: `envs/datasets/reasoning_gym.py`). The model may run code before it answers.
     - `expert`: put the scripted solver's code turn in `info["expert_plan"]` (SFT/debugging, never during RL).
     - `render_mode`: None | "ansi" (`render()` returns the current observation).
 
@@ -99,7 +103,7 @@ class TIRMathEnv(gym.Env):
                  run_timeout_s: float = 3.0, memory_limit_mb: int = 1024, difficulty: int | None = None,
                  task_types: Sequence[str] | None = None, expert: bool = False, render_mode: str | None = None,
                  dataset: str = "", eval_dataset: str = "", dataset_format: str = "", dataset_split_field: str = "",
-                 dataset_fields: dict[str, str] | None = None):
+                 dataset_fields: dict[str, str] | None = None, reasoning_gym: dict[str, Any] | None = None):
         self.style = get_style(style)
         _check_choice("split", split, SPLIT_RANGES)
         _check_choice("exec_mode", exec_mode, EXEC_MODES)
@@ -112,7 +116,8 @@ class TIRMathEnv(gym.Env):
         self.task_types = tuple(task_types) if task_types else None
         self.problems = ProblemSource(dataset=dataset, eval_dataset=eval_dataset, dataset_format=dataset_format,
                                       dataset_split_field=dataset_split_field, dataset_fields=dataset_fields,
-                                      difficulty=difficulty, task_types=self.task_types)
+                                      reasoning_gym=reasoning_gym, difficulty=difficulty,
+                                      task_types=self.task_types)
         self.split, self.max_turns, self.exec_mode = split, max_turns, exec_mode
         self.run_timeout_s, self.memory_limit_mb = float(run_timeout_s), int(memory_limit_mb)
         self.difficulty, self.expert, self.render_mode = difficulty, bool(expert), render_mode
@@ -181,7 +186,7 @@ class TIRMathEnv(gym.Env):
         self._statuses: list[str] = []
         self._history: list[str] = []  # prepared blocks that succeeded (replay mode)
         self._won = self._terminated = self._truncated = self._done = self._replay_failed = False
-        self._answer = ""
+        self._answer, self._score = "", 0.0
 
     def _run(self, code: str) -> tuple[ExecutionResult, bool]:
         """Run the turn's code in the configured mode; returns (ExecutionResult, sandbox_error)."""
@@ -201,13 +206,14 @@ class TIRMathEnv(gym.Env):
 
     def _finish(self, answer: str | None, *, obs: str, sandbox_error: bool = False) -> tuple:
         self._answer = answer or ""
-        self._won = grade(answer, self._task.answer)
+        self._score = score(self._task, answer)
+        self._won = self._score >= FULL_CREDIT
         self._terminated, self._done, self._obs = True, True, obs
-        return obs, float(self._won), True, False, self._info(sandbox_error=sandbox_error)
+        return obs, self._score, True, False, self._info(sandbox_error=sandbox_error)
 
     def _info(self, *, invalid: bool = False, void: bool = False, sandbox_error: bool = False) -> dict:
         task = self._task
-        info = {"admissible_commands": [], "won": bool(self._won), "task_score": float(self._won),
+        info = {"admissible_commands": [], "won": bool(self._won), "task_score": self._score,
                 "task_id": task.task_id, "task_type": task.task_type, "difficulty": task.difficulty,
                 "step": self._turn, "invalid_action": bool(invalid), "void_turn": bool(void),
                 "num_tool_calls": self._num_tool_calls, "tool_statuses": list(self._statuses),

@@ -24,6 +24,17 @@ file has no id column; a repeated id gets "#2", "#3", ... so ids stay unique wit
 difficulty 0 (not rated), answer the normalized gold, solution_code "" (there is no scripted solution, which is
 why `alprl sft` refuses a dataset). `difficulty` and `task_types` filter generated problems only.
 
+A reasoning-gym source (`reasoning_gym:<name>,...`, `envs/datasets/reasoning_gym.py`) may stand wherever a file
+does. It serves every split itself, from disjoint seed ranges and disjoint questions: train `size` problems per
+dataset, test and valid `eval_size` each, so a test split served from `dataset` is held out, not the training
+problems. Its tasks: task_id "reasoning_gym:<name>:<split>:<k>", task_type the dataset's name, answer the oracle
+answer as text, and `scorer` the dataset's own `score_answer` on the task's entry. `dataset_format`,
+`dataset_fields` and `dataset_split_field` are for files only.
+
+Grading is `score(task, answer)`, the one place that picks a task's grader: its source's `scorer` where it brings
+one, else math-verify against the gold (`envs.tir.grading.grade`, 1.0 or 0.0). Both math envs reward that score and
+count a success at full credit (`FULL_CREDIT`).
+
 A row whose gold answer math-verify cannot grade (`envs.datasets.gradability`) is served like any other and
 graded as a string (`envs.tir.grading.grade`); the split lists it in `FileSplit.ungradable`, a warning names the
 first few rows once per load, and `alprl eval`'s summary names every such row it played.
@@ -34,6 +45,8 @@ env: a trainer builds prompts_per_step × group_size envs, and config validation
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -44,7 +57,9 @@ from typing import Any
 import numpy as np
 
 from envs.datasets import load_dataset
+from envs.datasets import reasoning_gym as rg
 from envs.splits import SPLIT_RANGES, SPLIT_SIZES, check_split
+from envs.tir.grading import grade
 from envs.tir.tasks import TIRTask, generate_task, task_from_id
 
 TRAIN_INDEX_SPAN = 2**31
@@ -54,6 +69,8 @@ SPLIT_FIELD_VALUES: dict[str, tuple[str, ...]] = {"train": ("train",), "test": (
 """The `dataset_split_field` values that put a row in each split."""
 DATASET_DIFFICULTY = 0
 """`TIRTask.difficulty` of a dataset problem (files carry no common difficulty scale)."""
+FULL_CREDIT = rg.FULL_CREDIT
+"""The score that counts as a success (`won`); math-verify's verdicts are 1.0 or 0.0."""
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +137,26 @@ def load_split(path: str, *, format: str = "", fields: Mapping[str, str] | None 
         return _CACHE[key]
 
 
+def rg_split(source: str, split: str, options: rg.RGOptions) -> FileSplit:
+    """The problems of `split` of a reasoning-gym source as tasks graded by their own scorer; cached per process
+    (the generation itself is cached in `envs.datasets.reasoning_gym`)."""
+    key = (source, split, json.dumps(dataclasses.asdict(options), sort_keys=True, default=repr))
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            tasks = tuple(TIRTask(p.id, p.name, DATASET_DIFFICULTY, p.question, p.answer, "", scorer=p.score)
+                          for p in rg.load_split(source, split, options))
+            _CACHE[key] = FileSplit(source, tasks, {t.task_id: i for i, t in enumerate(tasks)})
+        return _CACHE[key]
+
+
+def score(task: TIRTask, answer: str | None) -> float:
+    """The reward of an extracted answer (None: the reply has no complete box) on `task`, by its source's grader
+    (module docstring); in [0, 1], and never raises."""
+    if task.scorer is not None:
+        return task.scorer(answer)
+    return float(grade(answer, task.answer))
+
+
 def _warn_ungradable(path: str, rows: Sequence[UngradableRow], shown: int = 5) -> None:
     named = "; ".join(f"row {r.row}: {r.reason}" for r in rows[:shown])
     more = f"; and {len(rows) - shown} more" if len(rows) > shown else ""
@@ -133,14 +170,24 @@ class ProblemSource:
     dataset, eval_dataset: local JSONL / JSON / parquet files in any layout of `envs.datasets` ("" = none).
     dataset_format: a layout name for both files ("" = detected); dataset_fields: role → column overrides.
     dataset_split_field: the column (dotted path allowed) that splits `dataset` into train / test / valid rows.
+    Either file may be a reasoning-gym source instead (`reasoning_gym:<name>,...`), drawn as `reasoning_gym` says
+    (a mapping with keys among size, eval_size, seed, config; `envs.datasets.reasoning_gym.RGOptions`).
     difficulty, task_types: filters of generated problems (`envs.tir.tasks.generate_task`).
     """
 
     def __init__(self, *, dataset: str = "", eval_dataset: str = "", dataset_format: str = "",
                  dataset_split_field: str = "", dataset_fields: Mapping[str, str] | None = None,
+                 reasoning_gym: rg.RGOptions | Mapping[str, Any] | None = None,
                  difficulty: int | None = None, task_types: Sequence[str] | None = None):
         if dataset_split_field and not dataset:
             raise ValueError(f"dataset_split_field={dataset_split_field!r} splits `dataset`, which is not set")
+        if dataset_split_field and rg.is_spec(dataset):
+            raise ValueError(f"dataset_split_field={dataset_split_field!r} splits a file; {dataset!r} draws its "
+                             "splits itself")
+        for source in (dataset, eval_dataset):
+            if rg.is_spec(source):
+                rg.parse_spec(source)  # an unknown name is one line when the env is made, not at its first reset
+        self.rg_options = rg.RGOptions.of(reasoning_gym)
         self.dataset, self.eval_dataset = str(dataset or ""), str(eval_dataset or "")
         self.format, self.split_field = str(dataset_format or ""), str(dataset_split_field or "")
         self.fields = dict(dataset_fields or {})
@@ -162,6 +209,8 @@ class ProblemSource:
         path = self.file_of(split)
         if not path:
             return None
+        if rg.is_spec(path):
+            return rg_split(path, split, self.rg_options)
         if path == self.eval_dataset and split == "test":
             return load_split(path, format=self.format, fields=self.fields)
         if not self.split_field:
@@ -218,16 +267,19 @@ class ProblemSource:
         return generate_task(split, index, difficulty=self.difficulty, task_types=types)
 
     def task_by_id(self, task_id: str) -> TIRTask:
-        """The task with this id (as in `info["task_id"]`): a file's problem, or a generated task."""
+        """The task with this id (as in `info["task_id"]`): a file's or reasoning-gym's problem, or a generated
+        task."""
         for split in SPLIT_RANGES:
-            if self.file_of(split) and (split != "valid" or self.split_field):
+            path = self.file_of(split)
+            if path and (split != "valid" or self.split_field or rg.is_spec(path)):
                 served = self.split(split)
                 if task_id in served.by_id:
                     return served.tasks[served.by_id[task_id]]
         return task_from_id(task_id)
 
     def _note_training_problems(self, split: str) -> None:
-        if split == "test" and not self.eval_dataset and not self.split_field and self.dataset not in _WARNED:
+        if split == "test" and not self.eval_dataset and not self.split_field and self.dataset not in _WARNED \
+                and not rg.is_spec(self.dataset):  # a reasoning-gym test split is held out
             _WARNED.add(self.dataset)
             log.warning("the test split serves the training file %s (no eval_dataset, no dataset_split_field): "
                         "evaluation runs on training problems", self.dataset)

@@ -39,7 +39,7 @@ import hashlib
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from envs.splits import SPLIT_RANGES
@@ -51,7 +51,10 @@ _MAX_ATTEMPTS = 10_000
 
 @dataclass(frozen=True)
 class TIRTask:
-    """One generated problem. `answer` is the gold string (never shown to the policy)."""
+    """One problem (generated here, or from a dataset source). `answer` is the gold string (never shown to the
+    policy). `scorer`: the grader of a source that brings its own (a reasoning-gym problem's `score_answer`), which
+    maps an extracted answer (None: no box) to a score in [0, 1]; None grades `answer` with math-verify
+    (`envs.tir.problems.score`)."""
 
     task_id: str
     task_type: str
@@ -59,6 +62,7 @@ class TIRTask:
     question: str
     answer: str
     solution_code: str
+    scorer: Callable[[str | None], float] | None = field(default=None, compare=False, repr=False)
 
 
 # ---------------------------------------------------------------- formatting helpers

@@ -26,7 +26,7 @@ from tool_script import (  # noqa: F401  (fixtures: conftest.py)
 )
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
-from agents.engines import make_engine, resolve_kind
+from agents.engines import CPU_HF_MAX_PARAMETERS, auto_engine, make_engine, resolve_kind
 from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
 from agents.engines.vllm import CPU_BLOCK_SIZE, cpu_defaults
@@ -41,10 +41,25 @@ from trainer.objective.types import collate
 def test_engine_kinds_resolve_and_reject_unknown(model_tok):
     model, tok = model_tok
     assert resolve_kind("hf") == "hf" and resolve_kind("vllm") == "vllm"
-    assert resolve_kind("auto") == ("vllm" if importlib.util.find_spec("vllm") else "hf")
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    assert resolve_kind("auto") == ("vllm" if has_vllm else "hf")  # an unknown size: vLLM where it imports
     assert isinstance(make_engine("hf", model, tok, dtype="float32", gpu_memory_utilization=0.3), HFEngine)
     with pytest.raises(ValueError, match="unknown rollout engine 'sglang'; valid: auto, vllm, hf"):
         make_engine("sglang", model, tok)
+
+
+def test_auto_chooses_the_engine_by_device_and_model_size(model_tok):
+    model, tok = model_tok
+    if importlib.util.find_spec("vllm") is None:
+        assert auto_engine(1_000_000) == ("hf", "vllm does not import")
+        return
+    small, large = CPU_HF_MAX_PARAMETERS, CPU_HF_MAX_PARAMETERS + 1
+    assert auto_engine(small, cuda=False)[0] == "hf" and auto_engine(large, cuda=False)[0] == "vllm"
+    assert auto_engine(small, cuda=True) == ("vllm", "a CUDA device")
+    assert auto_engine(small, cuda=False, vllm_only_option=True)[0] == "vllm"  # e.g. the overlapped schedule
+    assert auto_engine(None, cuda=False)[0] == "vllm"  # size unknown
+    if not torch.cuda.is_available():  # the tiny model here: the transformers engine, no vLLM start
+        assert isinstance(make_engine("auto", model, tok, dtype="float32"), HFEngine)
 
 
 def test_only_expected_reload_gaps_are_silenced():
@@ -297,7 +312,7 @@ def _cmdline(p) -> str:
 
 @pytest.mark.slow
 @needs_vllm
-def test_auto_engine_is_vllm_and_shuts_down_without_leftovers(model_tok, vllm_fp32):
+def test_vllm_engine_from_a_model_in_memory_shuts_down_without_leftovers(model_tok, vllm_fp32):
     import psutil
 
     from agents.engines.vllm import VLLMEngine
@@ -305,7 +320,7 @@ def test_auto_engine_is_vllm_and_shuts_down_without_leftovers(model_tok, vllm_fp
     model, tok = model_tok
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
-    engine = make_engine("auto", model, tok, dtype="float32")  # saved to a temp dir, removed after loading
+    engine = make_engine("vllm", model, tok, dtype="float32")  # saved to a temp dir, removed after loading
     # The engine core (a direct child titled VLLM::EngineCore) and everything under it; other children that may
     # start meanwhile (a sandbox zygote another test's runner respawns, Python's resource tracker) are not vLLM's.
     cores = [p for p in me.children() if p.pid not in before and "VLLM" in _cmdline(p)]

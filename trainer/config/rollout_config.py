@@ -9,11 +9,23 @@ INFRA_FAILURE_POLICIES = ("exclude", "resample", "zero")
 """What `rollout.infra_failures` may be; agents/rollout.py marks the episodes, trainer/objective/infra_failures.py
 acts on it."""
 
+ROLLOUT_SOURCES = ("native", "harness")
+"""What `rollout.source` may be: agents/rollout.py's own agent loop, or a user's harness through the policy endpoint
+(agents/endpoint/harness.py)."""
+
 
 @dataclass
 class RolloutConfig:
+    source: str = "native"
+    """Where a step's trajectories come from: native (alprl's agent loop, agents/rollout.py) | harness (the async
+    function `env.harness` names plays each episode through alprl's OpenAI-compatible policy endpoint, which records
+    the engine's token ids and log-probs; docs/policy_endpoint.md)."""
+    harness_concurrency: int = 0
+    """rollout.source=harness: episodes whose harness runs at once (0: all of the step's)."""
     engine: str = "auto"
-    """Rollout engine: auto (vllm when importable, else hf) | vllm | hf (transformers, KV-cached batched sampling)."""
+    """Rollout engine: auto | vllm | hf (transformers, KV-cached batched sampling). auto is vllm where it imports,
+    except without CUDA for a model of at most 50M parameters (agents/engines/__init__.py `auto_engine`: there the
+    transformers engine steps and starts faster); the run prints its choice."""
     schedule: str = "auto"
     """Episode scheduling: auto | overlapped (each episode advances on its own while others wait for env steps;
     vllm only) | turn_by_turn (all episodes generate, then all step). auto: overlapped on a GPU sampler, turn by
@@ -99,3 +111,11 @@ class RolloutConfig:
     transformers engine always uses."""
     enable_sleep_mode: bool = False
     """vLLM on GPU: free sampler weights + KV cache while the trainer updates (no effect on CPU)."""
+
+
+def engine_options(r: RolloutConfig) -> dict:
+    """The vLLM engine's options from the rollout config (`make_engine`'s keywords; the transformers engine ignores
+    them)."""
+    return {"gpu_memory_utilization": r.gpu_memory_utilization, "tensor_parallel_size": r.tensor_parallel_size,
+            "quantization": r.quantization or None, "kv_cache_dtype": r.kv_cache_dtype,
+            "max_model_len": r.max_model_len or None, "enable_sleep_mode": r.enable_sleep_mode}

@@ -28,6 +28,8 @@ import yaml
 from trainer.config.algo_config import AlgoConfig, PerturbConfig
 from trainer.config.dist_config import DistributedConfig
 from trainer.config.errors import ConfigError
+from trainer.config.openenv_config import OpenEnvConfig
+from trainer.config.rg_config import ReasoningGymConfig
 from trainer.config.rollout_config import RolloutConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -68,12 +70,14 @@ class EnvConfig:
     """Restrict generated task types (empty: all). Dataset problems ignore it (their task type is their source)."""
     dataset: str = ""
     """TIR / single-turn math: a local JSONL, JSON or parquet math file (any layout of envs/datasets: MATH500,
-    AIME, Minerva, OlympiadBench, verl/DAPO parquet, question/answer); non-empty: the train split serves its
-    problems instead of generated ones, each step the next rollout.prompts_per_step of a per-epoch shuffle."""
+    AIME, Minerva, OlympiadBench, verl/DAPO parquet, question/answer), or reasoning_gym:<name>[,<name>...]
+    (reasoning-gym's generators and scorers, drawn as env.reasoning_gym says; its test split is held out);
+    non-empty: the train split serves its problems instead of generated ones, each step the next
+    rollout.prompts_per_step of a per-epoch shuffle."""
     eval_dataset: str = ""
-    """The file the test split (held-out evaluation, eval_tasks) serves. Empty: the `dataset` rows whose
-    dataset_split_field is "test", or without a split field the `dataset` file itself, which evaluates on the
-    training problems (logged once)."""
+    """The file (or reasoning_gym:<name>,...) the test split (held-out evaluation, eval_tasks) serves. Empty: a
+    reasoning-gym `dataset`'s held-out problems, else the `dataset` rows whose dataset_split_field is "test", or
+    without a split field the `dataset` file itself, which evaluates on the training problems (logged once)."""
     dataset_format: str = ""
     """Layout of env.dataset and env.eval_dataset (math500, aime2024, aime2025, minerva, olympiadbench, verl,
     dapo, qa); empty: detected from the columns."""
@@ -84,6 +88,13 @@ class EnvConfig:
     dataset_fields: dict[str, str] = field(default_factory=dict)
     """Column overrides of env.dataset / env.eval_dataset by role (question, answer, id, source), e.g.
     env.dataset_fields.question=my_q env.dataset_fields.answer=my_a; empty: the layout's columns."""
+    reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)
+    """How a reasoning_gym:<name>,... dataset is drawn: sizes, seed, per-dataset config
+    (trainer/config/rg_config.py)."""
+    harness: str = ""
+    """rollout.source=harness: the user's async function `module:function`, (task, base_url, api_key) → reward,
+    that plays one episode with any OpenAI client (agents/endpoint/harness.py, docs/policy_endpoint.md); e.g.
+    agents.endpoint.tir_harness:play, alprl's TIR loop written against the OpenAI API."""
     sandbox_url: str = ""
     """Sandbox endpoint(s), comma separated. Empty: in-process executor."""
     sandbox_retry_s: float = 10.0
@@ -111,7 +122,8 @@ class EnvConfig:
     num_products: int = 1000
     """WebShop: products in the generated catalog (WebShop's small set has 1,000)."""
     max_steps: int = 0
-    """Household/WebShop step limit (truncation); 0: the env's own (ALFWorld 50, WebShop 15)."""
+    """Household/WebShop/OpenEnv step limit (truncation); 0: the env's own (ALFWorld 50, WebShop 15,
+    OpenEnv 50)."""
     action_projection: str = "exact"
     """Household/WebShop: exact (commands run as written) | nearest (an inadmissible command runs as the most
     similar admissible one, see agents/projection.py)."""
@@ -126,6 +138,9 @@ class EnvConfig:
     webshop_url: str = ""
     """alprl/WebShopServer-v0 (a running WebShop server, envs/adapters/webshop_server.py): its address (empty:
     $WEBSHOP_URL)."""
+    openenv: OpenEnvConfig = field(default_factory=OpenEnvConfig)
+    """alprl/OpenEnv-v0 (any OpenEnv server, envs/adapters/openenv_client.py): its address and text fields
+    (trainer/config/openenv_config.py)."""
 
 
 @dataclass

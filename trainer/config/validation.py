@@ -57,7 +57,9 @@ from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
 from trainer.config.errors import ConfigError
+from trainer.config.rg_config import reasoning_gym_rules
 from trainer.config.rollout_config import INFRA_FAILURE_POLICIES
+from trainer.config.source_rules import source_rules
 from trainer.objective.advantages import ADVANTAGE_ESTIMATORS
 from trainer.objective.corrections import CORR_LEVELS, CORRECTIONS, MIS_SEMANTICS
 from trainer.objective.gigpo import STEP_NORMS
@@ -271,6 +273,7 @@ def _dataset_rules(cfg: Any) -> list[str]:
     if e.dataset_split_field and not e.dataset:
         out.append(f"env.dataset_split_field={e.dataset_split_field!r} splits env.dataset, which is not set")
     out += _choice("env.dataset_format", e.dataset_format.lower(), ["", *LAYOUT_NAMES], "a dataset layout")
+    out += reasoning_gym_rules(e)
     if out and files:
         return out  # the files are read with these options: fix them first
     test, errors = _split_size(cfg, "test", "eval_dataset" if e.eval_dataset else "dataset")  # no file: nothing read
@@ -415,7 +418,7 @@ def validate_config(cfg: Any) -> None:
     """Raise one `ConfigError` listing every violation in `cfg` (see the module docstring); None if valid."""
     problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_dataset_rules(cfg), *_algo_rules(cfg),
                 *_budget_rules(cfg), *_sampler_rules(cfg), *_async_rules(cfg), *_rejection_rules(cfg),
-                *_dapo_rules(cfg), *_perturb_rules(cfg), *_distributed_rules(cfg)]
+                *_dapo_rules(cfg), *_perturb_rules(cfg), *_distributed_rules(cfg), *source_rules(cfg)]
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from envs.datasets import fingerprint
+from envs.datasets import source_fingerprint, source_location
 from trainer.config.train_config import TrainConfig
 
 RUN_META_FILE = "run_meta.json"
@@ -28,9 +28,10 @@ log = logging.getLogger(__name__)
 
 
 def dataset_fingerprints(cfg: TrainConfig) -> dict[str, dict[str, str]]:
-    """{config key: {"path", "sha256_16"}} for each dataset file the config names (none for generated tasks)."""
+    """{config key: {"path", "sha256_16"}} for each dataset file the config names (none for generated tasks; a
+    reasoning-gym source: the source as written and the reasoning-gym version, `envs.datasets.sources`)."""
     files = {"env.dataset": cfg.env.dataset, "env.eval_dataset": cfg.env.eval_dataset}
-    return {key: {"path": str(Path(path).resolve()), "sha256_16": fingerprint(path)}
+    return {key: {"path": source_location(path), "sha256_16": source_fingerprint(path)}
             for key, path in files.items() if path}
 
 

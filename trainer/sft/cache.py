@@ -21,6 +21,9 @@ RL_ONLY_ENV_KEYS = ("sandbox_url", "sandbox_retry_s", "sandbox_max_failing_steps
                     # the expert plays generated train tasks only (`alprl sft` refuses env.dataset), so a warm start
                     # serves RL on any dataset file
                     "dataset", "eval_dataset", "dataset_format", "dataset_split_field", "dataset_fields",
+                    "reasoning_gym",
+                    "openenv",  # alprl/OpenEnv-v0 has no expert; the server's address is where RL plays
+                    "harness",  # rollout.source=harness: a user's agent plays RL episodes, the expert plays SFT's
                     "think_history")  # the expert writes no thinking, and an accepted strip changes no token
 
 
