@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
 	  echo "CUDA found: torch and vllm from the default index"; \
-	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,gpu]"; \
+	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,verifiers,gpu]"; \
 	else \
 	  $(BIN)/pip install -q "$(TORCH_CPU_PIN)" && \
-	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,cpu]" && \
+	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,verifiers,cpu]" && \
 	  $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
 	touch $(STAMP)

@@ -73,6 +73,9 @@ class HarnessTask:
     info: dict[str, Any]
     """The env's reset info."""
     env: gym.Env
+    task_index: int | None = None
+    """The task index the trainer picked for the episode's group (`options["index"]` of its reset: a position in
+    the split), None when the reset names none; a harness that brings its own tasks picks one with it."""
     stop_strings: Callable[[int], list[str]] = field(repr=False, default=lambda n: [])
     on_step: Callable[[dict[str, Any]], None] = field(repr=False, default=lambda info: None)
     pool: ThreadPoolExecutor | None = field(repr=False, default=None)
@@ -106,6 +109,12 @@ def task_tools(agent: Agent) -> list[dict[str, Any]] | None:
     """The tools a TIR agent's style calls (hermes' `code_interpreter`); None for other agents and styles."""
     schema = agent.style.tool_schema if isinstance(agent, TIRAgent) else None
     return None if schema is None else [schema]
+
+
+def _task_index(spec: EpisodeSpec) -> int | None:
+    """The group's task index, the one the trainer's specs carry (trainer/tasks.py `group_specs`)."""
+    index = spec.options.get("index")
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
 
 
 def task_style(agent: Agent) -> str | None:
@@ -174,7 +183,7 @@ class HarnessSource:
                                info={"task_type": info.get("task_type", "")})
         return HarnessTask(episode_id, index, spec.group_id, task_id, self.settings.model_name, obs,
                            self.agent.messages(obs), task_tools(self.agent), self.agent.stop_strings(0),
-                           task_style(self.agent), info, env,
+                           task_style(self.agent), info, env, task_index=_task_index(spec),
                            stop_strings=self.agent.stop_strings, on_step=lambda facts: self._stepped(recorder, ep,
                                                                                                      facts),
                            pool=self.pool)
