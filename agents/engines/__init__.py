@@ -65,7 +65,7 @@ def resolve_kind(kind: str, num_parameters: int | None = None, *, vllm_only_opti
 SCHEDULES = {"auto": None, "overlapped": True, "turn_by_turn": False}  # -> VLLMEngine(overlap_episodes=...)
 
 
-def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
+def make_engine(kind: str, model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase, *,
                 model_path: str | os.PathLike | None = None, dtype: str = "bfloat16", temperature: float = 1.0,
                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, schedule: str = "auto",
                 **vllm_options: Any) -> Engine:
@@ -73,7 +73,8 @@ def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
 
     Args:
         kind: auto | vllm | hf (`rollout.engine`).
-        model, tokenizer: the trainer's policy and its tokenizer.
+        model, tokenizer: the trainer's policy and its tokenizer (model None: `alprl eval`, which has vLLM load
+            `model_path` itself; `auto` then weighs the size as unknown).
         model_path: a `save_pretrained` directory holding exactly `model`'s weights (vLLM loads from disk). None:
             the model and tokenizer are saved to a temporary directory, removed once vLLM has loaded them. Pass
             it for real models, whose temporary copy would cost minutes and tens of GB.
@@ -88,8 +89,8 @@ def make_engine(kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenize
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown rollout schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")
-    concrete = resolve_kind(kind, sum(p.numel() for p in model.parameters()),
-                            vllm_only_option=vllm_only(schedule, vllm_options))
+    size = sum(p.numel() for p in model.parameters()) if model is not None else None  # `alprl eval` loads none
+    concrete = resolve_kind(kind, size, vllm_only_option=vllm_only(schedule, vllm_options))
     if concrete == "hf":
         from agents.engines.hf import HFEngine
 
