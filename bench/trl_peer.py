@@ -55,6 +55,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from agents.engines import auto_engine  # noqa: E402
+from app.eval_plan import model_parameters  # noqa: E402
 from trainer.config.errors import ConfigError  # noqa: E402
 from trainer.config.train_config import build_config  # noqa: E402
 
@@ -379,10 +381,10 @@ def report(bench: Bench, summary: dict) -> str:
 
 
 def header(bench: Bench) -> str:
-    auto = "vllm" if importlib.util.find_spec("vllm") else "hf"
+    auto, why = auto_engine(model_parameters(Path(bench.start)))
     lines = [f"# alprl vs TRL GRPOTrainer: {bench.config} {' '.join(bench.overrides)}".rstrip(),
              f"steps {bench.steps}, seeds {','.join(map(str, bench.seeds))}, variants {', '.join(bench.variants)} "
-             f"(alprl engine auto = {auto} here); warm start {bench.start}", "",
+             f"(alprl engine auto = {auto} here: {why}); warm start {bench.start}", "",
              "GRPOConfig from the alprl config (trl_peer_trl.trl_mapping):",
              *bench.mapping[0].lines(bench.mapping[1])]
     return "\n".join(lines)
