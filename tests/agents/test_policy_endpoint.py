@@ -148,7 +148,7 @@ def test_hermes_tool_calls_come_back_as_openai_tool_calls_and_stitch_as_the_nati
         async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
             r = await client.chat.completions.create(model=task.model, messages=task.messages, tools=task.tools,
                                                      logprobs=True, extra_body={"return_token_ids": True})
-            seen.append(r)
+            seen.append((task.index, r))  # episodes run concurrently: keep which one this probe was
         return await tir_harness.play(task, base_url, api_key)
 
     played = source(ScriptEngine(tok, hermes_script(tok)), agent, tok, envs_for(runner, "hermes"), harness,
@@ -156,14 +156,14 @@ def test_hermes_tool_calls_come_back_as_openai_tool_calls_and_stitch_as_the_nati
     trajs, metrics = played.expand(played.run(SPECS, 7))
     # each episode's first call was the probe above, whose reply the agent dropped: its own first call repeats the
     # prompt, which does not extend the probe's tokens, so the agent's calls are the episode's second sample
-    r = seen[0]
+    index, r = min(seen, key=lambda probe: probe[0])
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content == "I will compute."
     (call,) = choice.message.tool_calls
     assert call.function.name == "code_interpreter" and json.loads(call.function.arguments) == {"code": "print(6 * 7)"}
     assert [e.logprob for e in choice.logprobs.content] == [-0.25] * r.usage.completion_tokens
     assert choice.model_extra["token_ids"][-1] == tok.convert_tokens_to_ids("<|im_end|>")
-    assert r.model_extra["prompt_token_ids"] == native[0].prompt_ids
+    assert r.model_extra["prompt_token_ids"] == native[index].prompt_ids
     assert metrics["rollout/prefix_breaks"] == len(SPECS)
     heads = [t for t in trajs if t.info["episode_sample"] == 1]
     for n, h in zip(native, heads, strict=True):
