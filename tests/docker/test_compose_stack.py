@@ -218,8 +218,10 @@ def test_the_namespace_override_gives_tier_t2_with_loopback(make_stack):
 def test_a_killed_server_is_brought_back_by_the_restart_policy(stack):
     container = stack.container()
     server = stack.server_pid()
-    subprocess.run(["docker", "exec", container, "python", "-c", f"import os; os.kill({server}, 9)"], check=True,
-                   timeout=30)
+    killed = subprocess.run(["docker", "exec", container, "python", "-c", f"import os; os.kill({server}, 9)"],
+                            timeout=30)
+    # 137: the container went down with its server before the exec'd process exited (SIGKILL), which is the point
+    assert killed.returncode in (0, 137), killed
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         restarts = subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}}", container], capture_output=True,
