@@ -272,7 +272,7 @@ class _Episode:
     def timed_out(self, traj: Trajectory) -> bool:
         if self.deadline is None or time.monotonic() < self.deadline:
             return False
-        traj.reward = 0.0
+        traj.grade(0.0)
         traj.info["truncated"] = True
         traj.info["timed_out"] = True
         return True
@@ -354,11 +354,11 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
             traj.info[key] = info[key]
     if info.get("sandbox_error"):  # the sandbox could not run a tool call: end here, run_episodes marks it
         traj.info["sandbox_error"] = True
-        traj.reward = 0.0
+        traj.grade(0.0)
         traj.info["truncated"] = bool(truncated)
         return False
     if terminated or truncated:
-        traj.reward = float(reward)
+        traj.grade(reward)
         traj.info["truncated"] = bool(truncated)
         return False
     room = limits.max_response_tokens - len(traj.response_ids)
@@ -369,7 +369,7 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
     full = ("budget_exhausted" if len(traj.response_ids) >= limits.max_response_tokens else
             "context_exhausted" if len(traj.prompt_ids) + len(traj.response_ids) >= episode.context else None)
     if full:
-        traj.reward = 0.0
+        traj.grade(0.0)
         traj.info["truncated"] = True
         traj.info[full] = True
         if full == "context_exhausted" and obs_ids:  # the observation's tokens, not the policy's, filled it

@@ -21,8 +21,10 @@ class Trajectory:
                       everywhere in an episode the rollout masked out (`info["loss_masked"]`).
     rollout_logprobs: (R,) the engine's log-prob of each sampled token under the sampling
                       distribution actually used; 0.0 where loss_mask is 0.
-    reward:           scalar outcome reward of the episode.
-    group_id:         trajectories sharing a task (GRPO group) share this id.
+    reward:           scalar outcome reward of the episode, written only through `grade` (the driver that
+                      ended the episode) and `shape_reward` (a shaping term added later, e.g. DAPO's).
+    group_id:         trajectories sharing a task (GRPO group) share this id; set at construction, changed
+                      only through `regroup`.
     info:             plain-Python episode facts (won, turns, void_turn, truncated, tool calls, ...).
 
     Per turn, aligned over the N turns the policy took (step-level credit, e.g. GiGPO's anchor states):
@@ -62,6 +64,23 @@ class Trajectory:
         self.append(token_ids, logprobs)
         self.turn_spans.append((start, len(self.response_ids)))
         self.turn_states.append(state)
+
+    def grade(self, reward: float) -> None:
+        """The episode's outcome reward, set once it ended by what drove it (agents/rollout.py, the policy
+        endpoint's recorder and harness source)."""
+        self.reward = float(reward)
+
+    def shape_reward(self, delta: float, reason: str) -> None:
+        """Add a shaping term to the graded reward (DAPO's overlong punishment); `info["reward_shaping"][reason]`
+        keeps each term, so the episode's own outcome stays readable."""
+        self.reward += delta
+        shaping = self.info.setdefault("reward_shaping", {})
+        shaping[reason] = shaping.get(reason, 0.0) + delta
+
+    def regroup(self, group_id: int) -> None:
+        """Move the episode to another GRPO group (DAPO renumbers the groups it keeps; a harness's later samples
+        join their episode's group)."""
+        self.group_id = group_id
 
     def mask_out(self, reason: str) -> None:
         """Leave the whole episode out of the loss: mask 0 and rollout log-prob 0.0 on every token (the invariant

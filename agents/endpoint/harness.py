@@ -169,7 +169,8 @@ class HarnessSource:
             out.append(head)
             kept, samples = self._later.pop(id(head), (head, []))
             for later in samples if kept is head else []:
-                later.group_id, later.reward = head.group_id, head.reward
+                later.regroup(head.group_id)
+                later.grade(head.reward)
                 out.append(later)
         self._later.clear()
         breaks = sum(h.info.get("prefix_breaks", 0) for h in heads)

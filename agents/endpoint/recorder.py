@@ -177,7 +177,7 @@ class Recorder:
             for k, sample in enumerate(samples):
                 sample.info = {**facts, **sample.info, "episode_id": ep.episode_id, "episode_sample": k,
                                "episode_samples": len(samples), "prefix_breaks": ep.prefix_breaks}
-                sample.reward = 0.0 if failure else float(reward)
+                sample.grade(0.0 if failure else reward)
                 if failure:
                     sample.mark_infra_failure(failure)
             return samples

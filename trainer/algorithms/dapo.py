@@ -83,7 +83,7 @@ def collect_dynamic(cfg: TrainConfig, step: int, first: list[EpisodeSpec], run: 
     out: list[Trajectory] = []
     for g, group in enumerate(batch):  # group ids 0..G-1 again, in the order kept
         for t in group:
-            t.group_id = g
+            t.regroup(g)
             out.append(t)
     return out, {"dapo/rounds": float(rounds), "dapo/groups_dropped": float(len(flat)),
                  "dapo/groups_kept": float(informative_groups)}
@@ -97,7 +97,7 @@ def overlong_shaping(cfg: TrainConfig, trajs: list[Trajectory]) -> dict[str, flo
         if a.overlong_buffer > 0:
             excess = len(t.response_ids) - (limit - a.overlong_buffer)
             penalty = -a.overlong_penalty * min(max(excess, 0) / a.overlong_buffer, 1.0)
-            t.reward += penalty
+            t.shape_reward(penalty, "overlong")
             penalties.append(penalty)
         if a.overlong_filter and overlong(t, limit):
             t.mask_out("overlong")
