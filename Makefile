@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
 	  echo "CUDA found: torch and vllm from the default index"; \
-	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,verifiers,gpu]"; \
+	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,verifiers,lora,trackio,gpu]"; \
 	else \
 	  $(BIN)/pip install -q "$(TORCH_CPU_PIN)" && \
-	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,verifiers,cpu]" && \
+	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,verifiers,lora,trackio,cpu]" && \
 	  $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
 	touch $(STAMP)
@@ -37,11 +37,11 @@ browser:
 
 # The Docker tests need an engine; start one where we can (root + apt: Debian's docker.io), else they skip.
 docker-engine:
-	@bash sandbox/docker_engine.sh
+	@bash sandbox/deploy/docker_engine.sh
 
-# The sandbox image, built without a registry or network inside the build (sandbox/build_image.sh).
+# The sandbox image, built without a registry or network inside the build (sandbox/deploy/build_image.sh).
 sandbox-image:
-	bash sandbox/build_image.sh
+	bash sandbox/deploy/build_image.sh
 
 # The compose stack for real: image, `compose up`, abuse cases, load, restart, replicas, `compose down`.
 docker-test: $(STAMP) docker-engine

@@ -129,6 +129,9 @@ def resolve_local(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike 
     name = os.fspath(name_or_path)
     path = Path(name).expanduser()
     if path.is_dir():
+        if not (path / "config.json").is_file() and (path / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{path} holds LoRA adapters only (a checkpoint of a model.lora run): point at its "
+                                    f"merged export {path / 'merged'} (written with model.lora.export_merged=true)")
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model directory {path} has no config.json; point at a directory written by "
                                     f"save_pretrained (config.json + *.safetensors + tokenizer files)")

@@ -62,7 +62,9 @@ def noise_seed(k: int, rank: int = 0) -> int:
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder layers of a Qwen2/Qwen3/Llama-style HF model (`model.model.layers`)."""
+    """The decoder layers of a Qwen2/Qwen3/Llama-style HF model (`model.model.layers`), also under a peft wrapper
+    (LoRA RL: its `get_base_model()` is the HF model, adapters injected into the layers)."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
     for owner in (getattr(model, "model", None), model):
         layers = getattr(owner, "layers", None)
         if isinstance(layers, nn.ModuleList) and len(layers):

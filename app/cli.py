@@ -11,15 +11,14 @@ import argparse
 import dataclasses
 import json
 import os
-import signal
 import sys
-import threading
 from typing import TYPE_CHECKING
 
 from app.check_template import add_check_template_parser, run_check_template_command
 from app.env_serve import add_env_parser, run_env_command
 from app.eval_cli import add_eval_parser, run_eval_command
-from app.experiment_run import add_experiment_parser, run_experiment_command
+from app.experiments.run import add_experiment_parser, run_experiment_command
+from app.stop_guard import StopGuard, guarded
 from trainer.config.errors import ConfigError
 from trainer.config.train_config import (
     TrainConfig,
@@ -33,10 +32,10 @@ from trainer.config.train_config import (
 if TYPE_CHECKING:
     from trainer.runtime.memory_plan import MemoryPlan
 
-CONFIG_ORDER = """order, later wins: defaults <- preset <- recipe (--config) <- key=value. The preset is the recipe's
-`algorithm: <name>`, or algorithm=<name> on the command line in its place, so the recipe's own keys still win over
-it (a note names them and the key=value pairs that restore the preset's values). alprl experiment puts each cell's
-method preset above the recipe instead."""
+CONFIG_ORDER = """order, later wins, for every command: defaults <- preset <- recipe (--config) <- what a suite states
+<- key=value. The preset is the recipe's `algorithm: <name>`, or algorithm=<name> on the command line in its place,
+so the recipe's own keys still win over it (a note names them and the key=value pairs that restore the preset's
+values). An alprl experiment cell states its method preset's keys above the recipe; alprl train states nothing."""
 EPILOG = f"""overrides: dotted key=value pairs after the options, e.g.
   alprl train --config configs/demo.yaml optim.lr=1e-4 rollout.group_size=8 algorithm=grpo
 {CONFIG_ORDER}
@@ -183,25 +182,6 @@ def run_robustness_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_eval(args: argparse.Namespace) -> int:
-    """`alprl eval` under the stop guard: SIGTERM / Ctrl-C close the engine (the records of finished engine calls
-    are on disk already, and a rerun continues from them)."""
-    return _guarded("eval", run_eval_command, args)
-
-
-def _guarded(command: str, run, args: argparse.Namespace) -> int:
-    """`run(args)` under the stop guard (an experiment: a rerun skips the cells finished before the signal)."""
-    try:
-        guard = StopGuard(command, StopGuard.timeout_from_env()).install()
-    except ConfigError as exc:
-        print(f"alprl {command}: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return run(args)
-    finally:
-        guard.uninstall()
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """argparse, except that `alprl experiment SUITE --scale smoke key=value` takes the key=value overrides after
     its options too (argparse fills the overrides positional with SUITE's chunk, then calls later ones unknown)."""
@@ -251,50 +231,31 @@ def main(argv: list[str] | None = None) -> int:
     # VLLM_LOGGING_LEVEL=INFO to see them. Spawned vLLM workers inherit the variable.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     if argv[:1] == ["sandbox"]:
-        from sandbox.cli import main as sandbox_main
+        from sandbox.deploy.cli import main as sandbox_main
 
         return sandbox_main(argv[1:])
     args = parse_args(argv)
     if getattr(args, "verbose", False):
         os.environ["VLLM_LOGGING_LEVEL"] = "INFO"
-    if args.command == "check-template":
-        return run_check_template_command(args)
-    if args.command == "env":
-        return run_env_command(args)
-    if args.command == "robustness":
-        return run_robustness_command(args)
-    if args.command == "eval":
-        return run_eval(args)
-    if args.command == "experiment":
-        return _guarded("experiment", run_experiment_command, args)
-    if args.command == "report":
-        from evaluation.reports.run_report import write_report
+    return COMMANDS[args.command](args)
 
-        print(write_report(args.run_dirs, out=args.out))
-        return 0
+
+def run_report_command(args: argparse.Namespace) -> int:
+    from evaluation.reports.run_report import write_report
+
+    print(write_report(args.run_dirs, out=args.out))
+    return 0
+
+
+def run_config_command(args: argparse.Namespace) -> int:
+    """train, sft, demo: the config from --config and key=value, checked (and with --dry-run printed, with the
+    memory plan) before anything starts, then the run under the stop guard; each failure a run can meet is one
+    line and its exit status (EPILOG)."""
     if args.help_config:
         print(config_help())
         return 0
     try:
-        cfg = build_config(args.config, args.overrides)
-        for note in preset_notes(args.config, args.overrides):  # where the recipe's keys win over `algorithm=`
-            print(f"alprl {args.command}: note: {note}", file=sys.stderr)
-        from trainer.config.validation import validate_model_shape
-
-        shape_warnings = validate_model_shape(cfg)  # the run's engine start logs the same warnings
-        if args.command in ("train", "demo"):
-            from trainer.runtime.memory_plan import host_memory_warning
-
-            shape_warnings += [w for w in [host_memory_warning(cfg)] if w]
-        if args.command in ("sft", "demo"):  # both build the warm start: what SFT refuses, --dry-run refuses too
-            from trainer.sft.train import check_sft_config
-
-            check_sft_config(cfg)
-        plan = None
-        if args.dry_run and args.command == "train":  # the shape is read before anything is printed
-            from trainer.runtime.memory_plan import plan_memory
-
-            plan = plan_memory(cfg)
+        cfg, shape_warnings, plan = checked_config(args)
     except ConfigError as exc:
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -325,98 +286,29 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SANDBOX_DOWN
 
 
-STOP_TIMEOUT_S = 30.0
-"""Seconds the run's cleanup may take after SIGTERM or SIGINT (ALPRL_STOP_TIMEOUT_S overrides): closing vLLM and
-the sandbox takes a few seconds; one that waits on a dead or stuck engine core would wait forever."""
+def checked_config(args: argparse.Namespace) -> tuple[TrainConfig, list[str], MemoryPlan | None]:
+    """The command's config, its shape and host-memory warnings, and (train --dry-run) its memory plan; a
+    ConfigError for anything the run would refuse, so --dry-run refuses it too."""
+    cfg = build_config(args.config, args.overrides)
+    for note in preset_notes(args.config, args.overrides):  # where the recipe's keys win over `algorithm=`
+        print(f"alprl {args.command}: note: {note}", file=sys.stderr)
+    from trainer.config.validation import validate_model_shape
 
+    shape_warnings = validate_model_shape(cfg)  # the run's engine start logs the same warnings
+    if args.command in ("train", "demo"):
+        from trainer.runtime.memory_plan import host_memory_warning
 
-class StopGuard:
-    """SIGTERM and SIGINT end the run within a bounded time.
+        shape_warnings += [w for w in [host_memory_warning(cfg)] if w]
+    if args.command in ("sft", "demo"):  # both build the warm start: what SFT refuses, --dry-run refuses too
+        from trainer.sft.train import check_sft_config
 
-    `kill`, `timeout` and schedulers send SIGTERM, which by default ends Python without running `finally` or atexit:
-    the vLLM engine-core and worker processes were left running (holding a GPU's memory). So the first signal
-    raises (SystemExit(128 + N) for SIGTERM, KeyboardInterrupt for SIGINT) and the run's cleanup closes the engine,
-    the sandbox pool and the logs. That cleanup can itself hang (waiting on an engine core that no longer answers),
-    so the first signal also arms a deadline; when it passes, or on a second signal, the child processes are killed
-    and the process exits at once with 128 + N (os._exit: no further cleanup, which is what hangs).
-    """
+        check_sft_config(cfg)
+    plan = None
+    if args.dry_run and args.command == "train":  # the shape is read before anything is printed
+        from trainer.runtime.memory_plan import plan_memory
 
-    def __init__(self, command: str, timeout_s: float) -> None:
-        self.command = command
-        self.timeout_s = timeout_s
-        self.first: int | None = None
-        self._previous: dict[int, object] = {}
-        self._forcing = threading.Lock()
-
-    @staticmethod
-    def timeout_from_env() -> float:
-        raw = os.environ.get("ALPRL_STOP_TIMEOUT_S", "").strip()
-        try:
-            value = float(raw) if raw else STOP_TIMEOUT_S
-        except ValueError:
-            value = -1.0
-        if not value > 0:
-            raise ConfigError(f"ALPRL_STOP_TIMEOUT_S={raw!r}: expected seconds > 0 (default {STOP_TIMEOUT_S:g})")
-        return value
-
-    def install(self) -> StopGuard:
-        if threading.current_thread() is threading.main_thread():  # Python handles signals there only
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def uninstall(self) -> None:
-        """Restore the previous handlers (for in-process callers); not after a signal, whose deadline must also
-        cover the interpreter's exit (atexit handlers close engines and sandbox pools too)."""
-        if self.first is None:
-            for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
-            self._previous.clear()
-
-    def _on_signal(self, signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        if self.first is not None:
-            self.force(signum, f"{name} again during cleanup; exiting now")
-            return  # the deadline's thread is already exiting
-        self.first = signum
-        reason = f"cleanup did not finish within {self.timeout_s:g} s after {name}; exiting"
-        timer = threading.Timer(self.timeout_s, self.force, args=(signum, reason))
-        timer.daemon = True
-        timer.start()
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise SystemExit(128 + signum)
-
-    def force(self, signum: int, reason: str) -> None:
-        """Kill our child processes (vLLM engine core and workers, sandbox zygotes) and exit with 128 + signum."""
-        if not self._forcing.acquire(blocking=False):
-            return
-        # os.write, not print: this may run inside a handler that interrupted a print to stderr
-        os.write(2, f"alprl {self.command}: {reason}\n".encode())
-        _kill_children()
-        os._exit(128 + signum)
-
-
-def _kill_children(grace_s: float = 2.0) -> None:
-    """SIGTERM every descendant, then SIGKILL those still there after `grace_s`. SIGCONT too: a stopped process
-    keeps a SIGTERM pending until it runs again."""
-    try:
-        import psutil  # vllm requires it
-    except ImportError:  # then no vLLM processes; sandbox zygotes exit when our end of their socket closes
-        return
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        try:
-            child.terminate()
-            child.resume()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(children, timeout=grace_s)
-    for child in alive:
-        try:
-            child.kill()
-        except psutil.Error:
-            pass
+        plan = plan_memory(cfg)
+    return cfg, shape_warnings, plan
 
 
 def run_command(args: argparse.Namespace, cfg: TrainConfig) -> int:
@@ -436,21 +328,44 @@ def _run(args: argparse.Namespace, cfg: TrainConfig) -> int:
         import torch
 
         torch.set_num_threads(cfg.torch_threads)
-    if args.command == "sft":
-        from trainer.sft.train import run_sft
+    return RUNS[args.command](args, cfg, show)
 
-        print(run_sft(cfg, show_progress=show, force=args.force))
-    elif args.command == "train":
-        from trainer.loop import train
 
-        results = train(cfg, resume=args.resume, show_progress=show)
-        if results and os.environ.get("RANK", "0") in ("", "0"):  # under torchrun: rank 0 speaks for the run
-            print(json.dumps({k: round(v, 4) for k, v in results[-1].metrics.items()}, indent=1))
-    elif args.command == "demo":
-        from app.demo import run_demo
+def _run_sft(args: argparse.Namespace, cfg: TrainConfig, show: bool) -> int:
+    from trainer.sft.train import run_sft
 
-        run_demo(cfg)
+    print(run_sft(cfg, show_progress=show, force=args.force))
     return 0
+
+
+def _run_train(args: argparse.Namespace, cfg: TrainConfig, show: bool) -> int:
+    from trainer.loop import train
+
+    results = train(cfg, resume=args.resume, show_progress=show)
+    if results and os.environ.get("RANK", "0") in ("", "0"):  # under torchrun: rank 0 speaks for the run
+        print(json.dumps({k: round(v, 4) for k, v in results[-1].metrics.items()}, indent=1))
+    return 0
+
+
+def _run_demo(args: argparse.Namespace, cfg: TrainConfig, show: bool) -> int:
+    from app.demo import run_demo
+
+    run_demo(cfg)
+    return 0
+
+
+RUNS = {"sft": _run_sft, "train": _run_train, "demo": _run_demo}
+"""The commands that run a config, after `run_config_command` built and checked it."""
+COMMANDS = {
+    "train": run_config_command, "sft": run_config_command, "demo": run_config_command,
+    "report": run_report_command,
+    "eval": lambda args: guarded("eval", run_eval_command, args),  # a rerun continues from the finished records
+    "experiment": lambda args: guarded("experiment", run_experiment_command, args),  # a rerun skips finished cells
+    "robustness": run_robustness_command,
+    "check-template": run_check_template_command,
+    "env": run_env_command,
+}
+"""Each subcommand's entry point (`sandbox` is handed to the sandbox's own CLI before argparse)."""
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from evaluation.reports.run_report import write_report
-from sandbox.local_server import serve_in_background
+from sandbox.deploy.local_server import serve_in_background
 from trainer.config.train_config import TrainConfig
 from trainer.loop import train
 from trainer.sft.train import run_sft

@@ -94,7 +94,7 @@ def tokens_per_s(engine, requests: list[GenerationRequest], seed: int) -> float:
 
 def wait_for_warm_sandbox(timeout_s: float = 120.0) -> None:
     """The in-process sandbox imports its heavy zygotes (numpy, sympy) in the background: let them finish."""
-    from sandbox.executor import shared_pool
+    from sandbox.execution.in_process import shared_pool
 
     deadline = time.monotonic() + timeout_s
     while shared_pool().info()["warming"] and time.monotonic() < deadline:

@@ -4,7 +4,7 @@
                                        [--naive 80] [--rounds 4] [--workers N] [--programs print,numpy]
                                        [--container IMAGE | --no-container] [--no-pool]
 
-Starts a real alprl server (`sandbox.local_server`, its default isolation: every layer the machine allows) and
+Starts a real alprl server (`sandbox.deploy.local_server`, its default isolation: every layer the machine allows) and
 measures on loopback, for each program (`print(6 * 7)`, and a small numpy program):
   1. latency: sequential POST /run_code on one keep-alive connection → p50 / p99 (ms);
   2. throughput: `--concurrency` keep-alive connections driven by one asyncio thread → executions/s, and the
@@ -17,7 +17,7 @@ measures on loopback, for each program (`print(6 * 7)`, and a small numpy progra
   5. container: where a Docker engine answers and the image exists (`make sandbox-image`), the same service in
      the compose file's hardened container (its flags read from docker-compose.yml: uid slots, six
      capabilities, read-only root, limits), on a published port;
-  6. pool: the same runs through an in-process `sandbox.executor.Pool` (what `make_runner(None)` uses), no HTTP.
+  6. pool: the same runs through an in-process `sandbox.execution.pool.Pool` (what `make_runner(None)` uses), no HTTP.
 During the throughput phases the bench also sums the CPU time of alprl's server process tree (the server, its
 zygotes, the runs they reaped; /proc) and, with `--peer-pid PID`, of a local peer's, and prints the server-side
 CPU per execution: on a machine shared with other work that figure moves much less than wall-clock rates do.
@@ -83,8 +83,8 @@ from sandbox_baselines import (  # noqa: E402  (bench/ is on sys.path: the scrip
     naive_throughput,
 )
 
-from sandbox.compose_flags import docker_run_flags, service_config  # noqa: E402
-from sandbox.local_server import start_server  # noqa: E402
+from sandbox.deploy.compose_flags import docker_run_flags, service_config  # noqa: E402
+from sandbox.deploy.local_server import start_server  # noqa: E402
 
 # kept for callers of the old module-level names
 CODE = PROGRAMS["print"].code
@@ -236,8 +236,8 @@ def start_container(image: str, workers: int) -> tuple[str, int] | None:
 # ---------------------------------------------------------------------------------------------- in-process pool
 
 def pool_throughput(pool, prog: Program, n: int, concurrency: int) -> float:
-    """The same runs through `sandbox.executor.Pool` in this process: the server's work without HTTP."""
-    from sandbox.executor import RunRequest
+    """The same runs through `sandbox.execution.pool.Pool` in this process: the server's work without HTTP."""
+    from sandbox.execution.pool import RunRequest
 
     req = RunRequest(prog.code, timeout_s=5)
 
@@ -254,7 +254,7 @@ def pool_throughput(pool, prog: Program, n: int, concurrency: int) -> float:
 
 def start_pool(workers: int):
     """An in-process pool set up as the server's (its own slot uids), measured once its heavy zygotes are up."""
-    from sandbox.executor import Pool
+    from sandbox.execution.pool import Pool
     from sandbox.settings import Settings
 
     pool = Pool(Settings.from_env(workers=workers or os.cpu_count(), max_sessions=0,
@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"p50 target <= 5 ms ({name}): {'met' if totals.p(name, 'alprl')[0] <= 5 else 'NOT met'}")
         if pool is not None:
             pool_rate = totals.get(name, "pool")
-            print(f"in-process pool without HTTP (sandbox.executor.Pool, same workers): {pool_rate:.1f} exec/s = "
+            print(f"in-process pool without HTTP (sandbox.execution.pool.Pool, same workers): {pool_rate:.1f} exec/s = "
                   f"{pool_rate / naive_seq:.1f}x naive sequential (the ceiling of the HTTP figure)")
         if container is not None:
             c_rate = rates["container"]

@@ -2,7 +2,8 @@
 
     python bench/step_profile.py [--config configs/math_tiny.yaml] [--steps 10] [--out FILE.json] [key=value ...]
 
-Runs `alprl train` in this process (eval_tasks=0, no checkpoints but the last) with a timer around each stage
+Runs `alprl train` in this process (the CLI's own entry point, so torch threads and everything else are set as a
+user's run sets them; eval_tasks=0, no checkpoints but the last) with a timer around each stage
 function the step calls, looked up where the loop calls it (trainer/loop.py's module names and the Components
 method), so the trainer runs unchanged:
 
@@ -26,6 +27,7 @@ rest is what no timer covers (metrics, logging, the Batch's collation). key=valu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import statistics
@@ -40,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 import trainer.loop as loop  # noqa: E402
 from agents import rollout  # noqa: E402
+from app import cli  # noqa: E402
 from trainer.components import Components  # noqa: E402
 from trainer.config.errors import ConfigError  # noqa: E402
 from trainer.config.train_config import build_config  # noqa: E402
@@ -124,15 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="alprl config overrides")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="step_profile_"))
+    overrides = [*args.overrides, f"steps={args.steps}", "eval_tasks=0", f"save_every={args.steps}",
+                 f"output_dir={work}"]
     try:
-        cfg = build_config(args.config, [*args.overrides, f"steps={args.steps}", "eval_tasks=0",
-                                         f"save_every={args.steps}", f"output_dir={work}"])
+        build_config(args.config, overrides)
     except ConfigError as exc:
         print(f"step_profile: error: {exc}", file=sys.stderr)
         return 2
     times = StageTimes()
     instrument(times)
-    loop.train(cfg, show_progress=False)
+    with contextlib.redirect_stdout(sys.stderr):  # the run's final metrics: this script prints its own table
+        rc = cli.main(["train", "--config", args.config, "--no-progress", *overrides])
+    if rc != 0:
+        print(f"step_profile: error: alprl train exited with {rc}", file=sys.stderr)
+        return 1
     summary = summarize(times)
     print(f"bench/step_profile.py {args.config} {' '.join(args.overrides)}: mean of steps "
           f"{summary['steps'][0]}..{summary['steps'][-1]}\n{table(summary)}")

@@ -12,6 +12,18 @@ import tempfile
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 LAYERS = ("uid", "net", "pid", "mount", "seccomp")
+
+# A run's limits when its caller names none, each stated once: every run() signature, request model and Settings
+# field of the sandbox takes them from here (reference/sandbox.md §1-2).
+RUN_TIMEOUT_S = 3.0  # wall clock of a run or a session cell: SimpleTIR's run_timeout, the TIR env's per-call limit
+DEFAULT_MEMORY_MB = 1024  # RLIMIT_AS of a run (verl's memory_limit_mb): `Settings.default_memory_mb`'s default
+# A request's memory limit meaning "the server's `default_memory_mb`": what requests and run() signatures default
+# to, so the server's setting applies (SandboxFusion's -1, which there means no limit; here never unlimited).
+SERVER_DEFAULT_MEMORY = -1
+# The one documented difference, on SandboxFusion's route only: its RunCodeRequest defaults run_timeout to 10 s,
+# and POST /run_code keeps that, so a SandboxFusion client that sends no run_timeout gets the limit it gets there.
+SANDBOXFUSION_RUN_TIMEOUT_S = 10.0
+
 # Not dataclasses: with inspect, ast, dis and tokenize it is 1.3 MB that every fork copies page tables for and
 # every exit tears down (~0.1 ms a run); the rare run that imports it pays the import instead.
 LIGHT_PRELOAD = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections", "heapq",
@@ -52,7 +64,7 @@ class Settings:
     overload_status: int = _f(429, "HTTP status when overloaded: 429 (with Retry-After) or 504 (what verl retries)")
     retry_after_s: int = _f(1, "Retry-After header value on overload, seconds")
     max_run_timeout_s: float = _f(60.0, "run_timeout is clamped to this (wall clock, seconds)")
-    default_memory_mb: int = _f(1024, "memory limit (RLIMIT_AS) when a request says -1 or nothing")
+    default_memory_mb: int = _f(DEFAULT_MEMORY_MB, "memory limit (RLIMIT_AS) when a request says -1 or nothing")
     max_memory_mb: int = _f(4096, "memory limit requests are clamped to")
     max_output_bytes: int = _f(1 << 20, "kept per stream (stdout, stderr); the rest is dropped and flagged")
     output_kill_factor: int = _f(8, "kill a run once it printed this many times max_output_bytes (both streams together)")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Protocol
 
+from sandbox.settings import RUN_TIMEOUT_S, SERVER_DEFAULT_MEMORY
+
 Status = Literal["Success", "Failed", "TimeLimitExceeded", "SandboxError"]
 
 
@@ -46,11 +48,14 @@ class ExecutionResult:
 class CodeRunner(Protocol):
     """What an environment needs from a sandbox: run a snippet, get an ExecutionResult.
 
+    `timeout_s` is wall-clock seconds; `memory_limit_mb` -1 (`SERVER_DEFAULT_MEMORY`) is the server's
+    `default_memory_mb` (`sandbox.settings`, where every default is stated).
+
     Implementations never raise for untrusted-code problems (timeouts, crashes, huge output);
     infrastructure failures come back as ``status="SandboxError"``.
     """
 
-    def run(self, code: str, *, timeout_s: float = 3.0, memory_limit_mb: int = 1024,
+    def run(self, code: str, *, timeout_s: float = RUN_TIMEOUT_S, memory_limit_mb: int = SERVER_DEFAULT_MEMORY,
             stdin: str = "") -> ExecutionResult: ...
 
     def close(self) -> None: ...
@@ -58,14 +63,15 @@ class CodeRunner(Protocol):
 
 class SessionRunner(Protocol):
     """A persistent interpreter: `run` calls share variables; what `LocalExecutor.session()` and
-    `SandboxClient.session()` return (see `sandbox.client` for the lost-session rules).
+    `SandboxClient.session()` return (see `sandbox.client` for the lost-session rules). `stdin` and
+    `memory_limit_mb` do not apply to cells.
 
     Never raises: once the interpreter is gone every `run` returns ``session_lost=True``.
     """
 
     session_id: str
 
-    def run(self, code: str, *, timeout_s: float = 3.0, memory_limit_mb: int = 1024,
+    def run(self, code: str, *, timeout_s: float = RUN_TIMEOUT_S, memory_limit_mb: int = SERVER_DEFAULT_MEMORY,
             stdin: str = "") -> ExecutionResult: ...
 
     def close(self) -> None: ...

@@ -19,7 +19,8 @@ import gymnasium as gym
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agents.engines import Engine, auto_engine, make_engine, vllm_only
+from agents.engines import Engine, auto_engine, make_engine, resolve_kind, vllm_only
+from agents.engines.vllm_lora import lora_engine_options
 from agents.env_families import make_agent, make_env
 from agents.models import load_model_and_tokenizer
 from agents.perturbation import LayerwisePerturbation
@@ -28,9 +29,14 @@ from trainer.config.rollout_config import engine_options
 from trainer.config.train_config import TrainConfig
 from trainer.reference import frozen
 from trainer.runtime.distributed import SINGLE, DistContext, build_grad_scaler, shard_policy, visible_devices
-from trainer.runtime.full_weights import full_named_parameters
+from trainer.runtime.lora import AdaptersOff, apply_lora, choose_sync, load_adapter_weights, trainable_count
 from trainer.runtime.memory_plan import host_memory_warning
-from trainer.runtime.sampler_mismatch import SamplerSync, parse_sampler_quant
+from trainer.runtime.sampler_mismatch import (
+    AdapterSync,
+    SamplerSync,
+    full_named_parameters,
+    parse_sampler_quant,
+)
 from trainer.sft.cache import check_warm_start
 
 if TYPE_CHECKING:
@@ -48,10 +54,12 @@ class Components:
     envs: list[gym.Env]
     optimizer: torch.optim.Optimizer
     perturbation: LayerwisePerturbation | None = None
-    reference: PreTrainedModel | None = None
-    """The frozen starting policy of the KL term (algo.kl_coef > 0; trainer/reference.py); None without one."""
+    reference: torch.nn.Module | None = None
+    """The frozen starting policy of the KL term (algo.kl_coef > 0; trainer/reference.py); under LoRA the policy
+    with its adapters off (trainer/runtime/lora.py `AdaptersOff`); None without one."""
     sampler: SamplerSync | None = None
-    """What the engine holds (fake-quantized, lagged weights; trainer/runtime/sampler_mismatch.py); None: the trainer's."""
+    """What the engine holds (fake-quantized, lagged weights; trainer/runtime/sampler_mismatch.py; a LoRA policy's
+    adapters: `AdapterSync` there); None: the trainer's."""
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
     dist: DistContext = SINGLE
     """This process's rank, world size and device (trainer/runtime/distributed.py)."""
@@ -88,6 +96,8 @@ class Components:
 
     def close(self) -> None:
         self.pool.shutdown()
+        if self.sampler is not None:
+            self.sampler.close()
         self.engine.close()  # bounded in time, also when the engine's process died or hangs
         for env in self.envs:
             env.close()
@@ -127,18 +137,15 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig,
     return optimizer
 
 
-def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: int | None = None,
-                     ctx: DistContext = SINGLE) -> Components:
-    """Everything a run needs on this rank. The engine is built from the whole model before FSDP shards it (the
-    transformers engine keeps its own copy); `num_envs` defaults to this rank's episodes per step."""
-    start = init_from or policy_path(cfg)  # checks the warm start once
-    model, tokenizer = load_model_and_tokenizer(start)
-    model.train()
+def start_engine(cfg: TrainConfig, kind: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, start: str,
+                 ctx: DistContext, adapters: bool = False) -> Engine:
+    """The rollout engine (`kind`: vllm | hf) on the start model's weights, built before any LoRA wrapper or FSDP
+    shards them (the transformers engine keeps its own copy); `adapters`: vLLM serves LoRA adapters."""
     r = cfg.rollout
+    options = engine_options(r) | (lora_engine_options(cfg.model.lora.r) if adapters else {})
     with visible_devices(ctx):  # a rank's colocated vLLM sees only the rank's own GPU
-        engine = make_engine(r.engine, model, tokenizer, model_path=start, dtype=r.dtype,
-                             temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=cfg.seed,
-                             schedule=r.schedule, **engine_options(r))
+        engine = make_engine(kind, model, tokenizer, model_path=start, dtype=r.dtype, temperature=r.temperature,
+                             top_p=r.top_p, top_k=r.top_k, seed=cfg.seed, schedule=r.schedule, **options)
     if r.engine == "auto" and ctx.rank == 0:  # one line: which engine, and why (rollout.engine= overrides it)
         kind, why = auto_engine(sum(p.numel() for p in model.parameters()),
                                 vllm_only_option=vllm_only(r.schedule, engine_options(r)))
@@ -148,19 +155,69 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                     "%d: episodes end when the context is full. Lower rollout.max_response_tokens, or rebuild the "
                     "SFT model (`alprl sft --force`), which sizes its context to the budget",
                     engine.max_model_len, start, r.max_response_tokens)
+    return engine
+
+
+def lora_policy(model: PreTrainedModel, cfg: TrainConfig, start: str, init_from: str | None, sync: tuple[str, str],
+                ctx: DistContext) -> torch.nn.Module:
+    """The start model wrapped with `model.lora`'s adapters, the checkpoint's loaded on resume; rank 0 prints one
+    line: what trains and how the engine gets it (`sync`: the mode and why, trainer/runtime/lora.py)."""
+    lo = cfg.model.lora
+    model = apply_lora(model, lo, cfg.seed, start)
+    if init_from:
+        load_adapter_weights(model, init_from)
+    if ctx.rank == 0:
+        trainable, total = trainable_count(model)
+        print(f"alprl: LoRA r={lo.r} alpha={lo.alpha:g} on {','.join(lo.target_modules)}: {trainable / 1e6:.2f}M of "
+              f"{total / 1e6:.2f}M parameters train; model.lora.sync={lo.sync} chose {sync[0]} ({sync[1]})",
+              file=sys.stderr)
+    return model
+
+
+def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: int | None = None,
+                     ctx: DistContext = SINGLE) -> Components:
+    """Everything a run needs on this rank; `num_envs` defaults to this rank's episodes per step. Under LoRA
+    (model.lora.r > 0) the model is the start model also on resume (`init_from` a checkpoint), and the adapters
+    wrap it after the engine has taken its weights."""
+    lora = cfg.model.lora.r > 0
+    start = policy_path(cfg) if lora or not init_from else init_from  # policy_path checks the warm start once
+    model, tokenizer = load_model_and_tokenizer(start)
+    model.train()
+    r = cfg.rollout
+    kind = resolve_kind(r.engine, sum(p.numel() for p in model.parameters()),
+                        vllm_only_option=vllm_only(r.schedule, engine_options(r)))
+    sync = choose_sync(cfg.model.lora, kind, r) if lora else ("", "")
+    engine = start_engine(cfg, kind, model, tokenizer, start, ctx, adapters=sync[0] == "adapter")
     if ctx.rank == 0 and (memory_warning := host_memory_warning(cfg)) is not None:
         log.warning("%s", memory_warning)
+    if lora:
+        model = lora_policy(model, cfg, start, init_from, sync, ctx)
     n = num_envs or cfg.rollout.prompts_per_step * cfg.rollout.group_size // ctx.world_size
     model = shard_policy(model.to(ctx.device), cfg, ctx)  # FSDP2 under torchrun (no-op on one CPU process)
     perturbation = build_perturbation(model, cfg)
     if perturbation is not None:
         perturbation.to(ctx.device)
-    # the start, also on resume (init_from is then a checkpoint): the KL keeps its anchor
-    reference = frozen(load_model_and_tokenizer(policy_path(cfg))[0].to(ctx.device)) if cfg.algo.kl_coef else None
-    sampler = SamplerSync(model, parse_sampler_quant(r.sampler_quant, r.sampler_quant_group), r.policy_lag, r.dtype)
-    sampler.initial_push(engine, model)  # the engine loaded full-precision weights
+    if sync[0] == "adapter":  # the engine holds the start model; the adapters go in now
+        sampler = AdapterSync(model, r.dtype)
+    else:
+        sampler = SamplerSync(model, parse_sampler_quant(r.sampler_quant, r.sampler_quant_group), r.policy_lag,
+                              r.dtype)
+    if lora and init_from and sync[0] == "merged":
+        sampler.push_current(engine, model)  # the engine loaded the start model: the checkpoint's merged policy
+    else:
+        sampler.initial_push(engine, model)  # the engine loaded full-precision weights
     return Components(model=model, tokenizer=tokenizer, engine=engine, agent=make_agent(cfg.env, tokenizer),
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
-                      perturbation=perturbation, reference=reference, sampler=sampler,
+                      perturbation=perturbation, reference=reference_policy(cfg, model, ctx), sampler=sampler,
                       pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency, thread_name_prefix="env-step"),
                       dist=ctx, grad_scaler=build_grad_scaler(cfg, ctx))
+
+
+def reference_policy(cfg: TrainConfig, model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module | None:
+    """The KL term's frozen start (algo.kl_coef > 0; None otherwise): loaded from the start, also on resume, so the
+    KL keeps its anchor; under LoRA the policy with its adapters off, which is the start without a second copy."""
+    if not cfg.algo.kl_coef:
+        return None
+    if cfg.model.lora.r > 0:
+        return AdaptersOff(model)
+    return frozen(load_model_and_tokenizer(policy_path(cfg))[0].to(ctx.device))

@@ -26,7 +26,7 @@ import json
 import random
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,7 @@ from trainer.algorithms.mipu import (
     validation_rollouts,
 )
 from trainer.algorithms.quatro import quatro_targets
+from trainer.algorithms.vcpo import sequence_log_weights
 from trainer.components import Components, build_components, make_envs
 from trainer.config.run_config import eval_settings
 from trainer.config.train_config import TrainConfig, to_dict
@@ -68,7 +69,7 @@ from trainer.reference import kl_reward_penalty, reference_logprobs
 from trainer.runtime.async_rollouts import AsyncRollouts, start_async
 from trainer.runtime.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from trainer.runtime.distributed import DistContext, close_distributed, init_distributed, rank_share
-from trainer.runtime.logger import MetricLogger
+from trainer.runtime.logger import MetricLogger, require_logger_packages
 from trainer.runtime.outage import OutageWatch, SandboxOutage
 from trainer.runtime.progress import progress_bar
 from trainer.runtime.run_meta import start_run_meta
@@ -80,6 +81,8 @@ from trainer.update import UpdateSettings, minibatch_rows, update_policy
 class StepResult:
     step: int
     metrics: dict[str, float]
+    trajectories: list[Trajectory] = field(default_factory=list)
+    """This rank's rollout batch of the step, for the logger's episode table; `_train` lets go of it once logged."""
 
 
 def seed_everything(seed: int) -> None:
@@ -139,12 +142,15 @@ def harness_source(c: Components, cfg: TrainConfig, first: int) -> HarnessSource
 def compute_advantages(batch: Batch, cfg: TrainConfig, trajs: list[Trajectory], members: torch.Tensor,
                        per_episode: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
     """Advantages over the sampled tokens, (B, T): GRPO's group advantage per episode, or with
-    `algo.advantage=gigpo` GiGPO's per turn (trainer/objective/gigpo.py, which reads the trajectories' turns) unless
-    `per_episode` asks for the episode's own. `members` (B,) bool: the rows that count in their group's statistics
-    (`advantage_members`)."""
+    `algo.advantage=gigpo` GiGPO's per turn (trainer/objective/gigpo.py, which reads the trajectories' turns), or with
+    `opob` VCPO's off-policy optimal baseline (weights π_θold/μ of the prepared old_logp, trainer/algorithms/vcpo.py)
+    unless `per_episode` asks for the episode's own GRPO one. `members` (B,) bool: the rows that count in their
+    group's statistics (`advantage_members`)."""
     if cfg.algo.advantage == "gigpo" and not per_episode:
         return gigpo_token_advantages(batch, cfg.algo, trajs, members)
-    adv, metrics = group_advantages(batch.rewards, batch.group_ids, members=members,
+    opob = cfg.algo.advantage == "opob" and not per_episode
+    log_w = sequence_log_weights(batch.old_logp, batch.rollout_logp, batch.loss_mask) if opob else None
+    adv, metrics = group_advantages(batch.rewards, batch.group_ids, members=members, log_weights=log_w,
                                     norm_by_std=cfg.algo.adv_norm_by_std, leave_one_out=cfg.algo.adv_leave_one_out)
     return broadcast_advantages(adv, batch.loss_mask), metrics
 
@@ -190,6 +196,7 @@ def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int
     trajs, sampling = collect_step(c, cfg, step) if rollouts is None else rollouts.get(step)
     sampled = time.perf_counter()
     result = learn(c, cfg, algos, trajs, step, sync=rollouts is None)
+    result.trajectories = trajs
     if rollouts is not None:  # waits for the rollouts on the older weights, pushes θ_step, starts the next batch
         rollouts.after_update(step)
     result.metrics |= sampling | step_timing(trajs, start, sampled, time.perf_counter(), c.dist.device)
@@ -300,6 +307,11 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
     return StepResult(step, metrics)
 
 
+def on_eval_schedule(cfg: TrainConfig, step: int) -> bool:
+    """Every `eval_every` steps and the last: held-out evaluation (with `eval_tasks`) and Trackio's episode table."""
+    return (cfg.eval_every > 0 and step % cfg.eval_every == 0) or step == cfg.steps
+
+
 def evaluate(c: Components, cfg: TrainConfig, step: int) -> dict[str, float]:
     """Held-out (test split) evaluation; per-episode records go to `<run>/eval/step_<k>.jsonl`. Under data
     parallelism rank 0 evaluates alone (the same records as one process; the others wait) and the summary is
@@ -362,6 +374,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise FileNotFoundError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; run without --resume")
+    require_logger_packages(wandb=cfg.logging.wandb, trackio=cfg.logging.trackio)  # a missing one: before anything
     ctx = init_distributed(cfg)  # torchrun's process group and this rank's device (one CPU process: nothing)
     try:
         return _train(cfg, ctx, ckpt, show_progress, evaluate_at_start)
@@ -379,7 +392,8 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
     start = load_extra_state(c, algos, state) if ckpt else 0
     main = ctx.is_main  # rank 0 alone writes the run's files
     run_meta = start_run_meta(run_dir, cfg, resuming=ckpt is not None) if main else None  # dataset fingerprints
-    logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.wandb,
+    logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.logging.wandb,
+                          use_trackio=cfg.logging.trackio, project=cfg.logging.project,
                           config=to_dict(cfg) | {"run_meta": run_meta}) if main else None
     results, rollouts = [], None
     watch = OutageWatch(cfg.env.sandbox_max_failing_steps, cfg.env.sandbox_url)
@@ -392,13 +406,16 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
         with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress and main) as bar:
             for step in range(start + 1, cfg.steps + 1):
                 result = train_step(c, cfg, algos, step, rollouts)
-                if cfg.eval_tasks and ((cfg.eval_every and step % cfg.eval_every == 0) or step == cfg.steps):
+                if cfg.eval_tasks and on_eval_schedule(cfg, step):
                     if rollouts is not None:  # the engine has one user at a time
                         rollouts.drain()
                     result.metrics |= evaluate(c, cfg, step)
                 result.metrics = ctx.mean_metrics(result.metrics)  # over ranks (the loss and grad norm are global)
                 if logger:
                     logger.log(step, result.metrics)
+                    if on_eval_schedule(cfg, step):  # a few of the step's episodes, as text (Trackio only)
+                        logger.log_episodes(step, result.trajectories, c.tokenizer)
+                result.trajectories = []  # `results` keeps every step's metrics, not its batch
                 results.append(result)
                 outage = watch.after_step(step, result.metrics)  # the same on every rank: metrics are the mean
                 if step % cfg.save_every == 0 or step == cfg.steps or outage:

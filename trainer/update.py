@@ -3,7 +3,8 @@ micro-batch optimizes.
 
 `update_policy` runs on the batch `prepare_batch` (trainer/loop.py) made, corrections included: per micro-batch
 forward (`compute_logprobs`, trainer/objective/logprobs.py) → `micro_batch_objective` → backward, then
-`optimizer_step` (global grad clip → non-finite guard → optimizer step). What every step of a run shares is one
+`optimizer_step` (global grad clip → non-finite guard → optimizer step, at VCPO's ESS-scaled lr under
+`algo.vcpo_lr_rule`, trainer/algorithms/vcpo.py). What every step of a run shares is one
 `UpdateSettings`; Table 5's diagnostics attach as one optional `RatioProbe`
 (trainer/diagnostics/ratio_diagnostics.py), which reads the update forward and never changes the step.
 
@@ -35,6 +36,7 @@ import torch
 from torch import nn
 
 from agents.perturbation import LayerwisePerturbation, noise_seed
+from trainer.algorithms.vcpo import ess_lr_scale, scaled_lr
 from trainer.config.algo_config import AlgoConfig
 from trainer.config.train_config import TrainConfig
 from trainer.diagnostics.ratio_diagnostics import RatioProbe
@@ -109,8 +111,7 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     local_tokens, local_seqs = denominators(batch, rows)  # mini-batch denominators: micro-batching cannot change
     n_tokens, n_seqs = global_counts(settings.ctx, local_tokens, local_seqs)  # the loss; summed over ranks: nor ranks
     sums: dict[str, float] = {}
-    total_loss = 0.0
-    real_tokens = padded_tokens = 0
+    total_loss, real_tokens, padded_tokens = 0.0, 0, 0
     for i, micro in enumerate(micro_batches(rows, settings.micro_batch_size, batch)):
         sub = batch.select(micro)
         real_tokens += int(sub.attention_mask.sum())
@@ -129,22 +130,24 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         weight = sub.loss_mask.sum().item() / local_tokens.item()  # token-weighted average of micro metrics
         for key, value in metrics.items():
             sums[key] = sums.get(key, 0.0) + weight * value
-    step, extra = optimizer_step(optimizer, total_loss, settings, perturbation, scaler)
-    out = {f"actor/{k}": v for k, v in sums.items()}
+    lr_scale, lr_metrics = ess_lr_scale(settings.algo, batch, rows, settings.ctx.all_reduce_sum)  # VCPO; else None
+    step, extra = optimizer_step(optimizer, total_loss, settings, perturbation, scaler, lr_scale)
+    out = {f"actor/{k}": v for k, v in sums.items()} | lr_metrics
     out |= step | {"perf/real_token_frac": real_tokens / max(padded_tokens, 1)} | extra
     return out | (probe.report() if probe is not None else {})
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, total_loss: float, settings: UpdateSettings,
-                   perturbation: LayerwisePerturbation | None = None,
-                   scaler: ShardedGradScaler | None = None) -> tuple[dict[str, float], dict[str, float]]:
+                   perturbation: LayerwisePerturbation | None = None, scaler: ShardedGradScaler | None = None,
+                   lr_scale: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
     """The step after the accumulated backward: ({loss/policy, actor/grad_norm, actor/grad_norm_nonfinite}, the
     perturbation's and the loss scale's metrics). `total_loss` is this rank's sum of micro-batch losses.
 
     Under data parallelism ALP's log σ gradients and the loss are summed over ranks first. With a `scaler`
     (mixed_precision=fp16) the gradients are divided by the loss scale before anything reads them; a step whose
     gradients overflowed is skipped (counted in `actor/grad_norm_nonfinite`, flagged in `actor/fp16_overflow`)
-    and the scale halved. The logged loss and grad norm are the unscaled ones.
+    and the scale halved. The logged loss and grad norm are the unscaled ones. A `lr_scale` (VCPO's ESS factor,
+    `ess_lr_scale`) multiplies every param group's lr for this step only (`scaled_lr`; `actor/lr` is logged).
     """
     ctx = settings.ctx
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -161,12 +164,14 @@ def optimizer_step(optimizer: torch.optim.Optimizer, total_loss: float, settings
     else:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, settings.grad_clip).item()
     skipped = not (math.isfinite(grad_norm) and math.isfinite(total_loss))  # the same on every rank: both global
-    if skipped:
-        optimizer.zero_grad(set_to_none=True)  # non-finite loss or gradient (an fp16 overflow): skip, count it
-    elif scaler is not None:
-        scaler.step(local_grads)  # the optimizer's step (the scaler found no inf either: the norm is finite)
-    else:
-        optimizer.step()
+    with scaled_lr(optimizer, lr_scale) as lr_metrics:  # the configured lrs are back once the step is taken
+        if skipped:
+            optimizer.zero_grad(set_to_none=True)  # non-finite loss or gradient (an fp16 overflow): skip, count it
+        elif scaler is not None:
+            scaler.step(local_grads)  # the optimizer's step (the scaler found no inf either: the norm is finite)
+        else:
+            optimizer.step()
+    extra |= lr_metrics
     if scaler is not None:
         extra |= _update_loss_scale(scaler)
     return {"loss/policy": total_loss, "actor/grad_norm": grad_norm, "actor/grad_norm_nonfinite": float(skipped)}, extra

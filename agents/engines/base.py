@@ -70,6 +70,12 @@ class Engine(Protocol):
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
+    def load_adapter(self, path: str) -> None:
+        """Sample from now on with the LoRA adapter in directory `path` (peft's save layout) on the weights the
+        engine holds (vLLM started with `enable_lora`); an engine without adapters raises. A LoRA policy reaches
+        the others as merged weights through `update_weights` (trainer/runtime/lora.py)."""
+        ...
+
     def sleep(self) -> None:
         """Free the accelerator memory the sampler holds (its weights and KV cache) while the trainer updates;
         a no-op where there is nothing to free. `wake_up` must come before the next sync or generation."""

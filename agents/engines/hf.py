@@ -79,6 +79,11 @@ class HFEngine:
                 raise KeyError(f"update_weights: engine model has no parameter {name!r}")
             params[name].copy_(tensor.detach().to(params[name].dtype))
 
+    def load_adapter(self, path: str) -> None:
+        """Not served here: a LoRA policy reaches this engine as merged weights (`update_weights`)."""
+        raise NotImplementedError("the transformers engine samples a LoRA policy with merged weights "
+                                  "(model.lora.sync=merged); vLLM serves adapters (rollout.engine=vllm)")
+
     def _prefill_inputs(self, requests: list[GenerationRequest]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r.prompt_ids) for r in requests)
         ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)  # (N, P) left-padded

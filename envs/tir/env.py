@@ -16,6 +16,7 @@ from envs.tir.styles import get_style
 from envs.tir.tasks import SPLIT_RANGES, TIRTask
 from envs.unicode_text import UnicodeText, utf8_clean
 from sandbox.client import make_runner
+from sandbox.settings import DEFAULT_MEMORY_MB, RUN_TIMEOUT_S
 from sandbox.types import CodeRunner, ExecutionResult
 
 OBS_MAX_CHARS = 32768
@@ -80,7 +81,7 @@ class TIRMathEnv(gym.Env):
     - `sandbox_retry_s`: seconds an HTTP tool call retries infrastructure errors across the URLs before its
       result is a SandboxError (None: the client's default 5 tries).
     - `exec_mode`: "stateless" (fresh process per block) | "replay" (earlier successful blocks re-run first).
-    - `run_timeout_s`, `memory_limit_mb`: per-call sandbox limits (SimpleTIR: 3 s, 1024 MB).
+    - `run_timeout_s`, `memory_limit_mb`: per-call sandbox limits (SimpleTIR: 3 s, 1024 MB; `sandbox.settings`).
     - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.GENERATORS` or None (the default mix, `TASK_TYPES`);
       both filter generated problems only.
     - `dataset`, `eval_dataset`, `dataset_format`, `dataset_split_field`, `dataset_fields`: serve splits from
@@ -100,7 +101,8 @@ class TIRMathEnv(gym.Env):
     def __init__(self, style: str = "simpletir", split: str = "train", max_turns: int = 5,
                  runner: CodeRunner | None = None, sandbox_url: str | None = None, exec_mode: str = "stateless",
                  sandbox_retry_s: float | None = None,
-                 run_timeout_s: float = 3.0, memory_limit_mb: int = 1024, difficulty: int | None = None,
+                 run_timeout_s: float = RUN_TIMEOUT_S, memory_limit_mb: int = DEFAULT_MEMORY_MB,
+                 difficulty: int | None = None,
                  task_types: Sequence[str] | None = None, expert: bool = False, render_mode: str | None = None,
                  dataset: str = "", eval_dataset: str = "", dataset_format: str = "", dataset_split_field: str = "",
                  dataset_fields: dict[str, str] | None = None, reasoning_gym: dict[str, Any] | None = None):

@@ -18,7 +18,7 @@ and which training run the seed produced (run-to-run noise; in these suites the 
   the interval is the evaluation's alone, for these particular trained runs.
 With one seed no run-to-run noise is measured and no verdict is given.
 
-Verdicts: a suite declares its primary comparisons (the paper's claim, app/suites.py) before it runs; Holm's
+Verdicts: a suite declares its primary comparisons (the paper's claim, app/experiments/suites.py) before it runs; Holm's
 step-down correction (Holm 1979, Scand. J. Statist. 6:65-70) runs over that family at α = 0.05 with each
 comparison's two-sided t p-value, and a primary comparison is "better" / "worse" only when Holm rejects it, which
 is when its interval over runs at Holm's level for it (1 − α/(m − rank)) excludes 0. Every other comparison is

@@ -18,7 +18,7 @@ from envs.tir.env import TIRMathEnv
 from envs.tir.single_turn import MathEnv
 from envs.tir.styles import get_style
 from envs.tir.tasks import generate_task
-from sandbox.executor import LocalExecutor
+from sandbox.execution.in_process import LocalExecutor
 
 TASK = generate_task("test", 0)  # "Compute 8448 * 4126." -> 34856448
 SPEC = EpisodeSpec(seed=0, options={"task_id": TASK.task_id}, group_id=0)

@@ -25,7 +25,7 @@ from agents.engines.base import EngineDied
 from agents.engines.hf import HFEngine
 from agents.rollout import EpisodeSpec, RolloutLimits, infra_failure_reason, run_episodes
 from agents.tir_agent import TIRAgent
-from sandbox.local_server import start_server
+from sandbox.deploy.local_server import start_server
 from trainer.config.train_config import build_config
 from trainer.loop import compute_advantages
 from trainer.objective.advantages import broadcast_advantages, group_advantages

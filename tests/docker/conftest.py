@@ -1,7 +1,7 @@
 """The compose stack for real: a Docker engine, the image built offline, `compose up` on a free host port.
 
-`make test` runs `sandbox/docker_engine.sh` first (installs and starts Debian's engine as root where it can); with
-no engine these tests skip with the reason. The image is built by `sandbox/build_image.sh`, the script behind
+`make test` runs `sandbox/deploy/docker_engine.sh` first (installs and starts Debian's engine as root where it can); with
+no engine these tests skip with the reason. The image is built by `sandbox/deploy/build_image.sh`, the script behind
 `make sandbox-image`, so the tests exercise exactly what a user runs.
 """
 
@@ -48,7 +48,7 @@ def free_port() -> int:
 def ensure_sandbox_image() -> None:
     """Build alprl/sandbox:latest as `make sandbox-image` does (a no-op when it is up to date)."""
     env = {**os.environ, "PIP": f"{sys.executable} -m pip"}
-    out = subprocess.run(["bash", "sandbox/build_image.sh"], cwd=ROOT, capture_output=True, text=True, env=env,
+    out = subprocess.run(["bash", "sandbox/deploy/build_image.sh"], cwd=ROOT, capture_output=True, text=True, env=env,
                          timeout=1500)
     if out.returncode == 3:  # no base image or wheels obtainable here (no registry, no mirror, not root)
         pytest.skip(f"the sandbox image cannot be built on this machine: {out.stderr.strip()[-300:]}")

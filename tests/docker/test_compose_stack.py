@@ -96,7 +96,7 @@ ENV_WHITELIST = {"PATH", "LANG", "HOME", "TMPDIR", "PYTHONUNBUFFERED", "PYTHONDO
      "    os._exit(0)\nprint('parent exits')", lambda out: out == "parent exits\n"),
     ("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('x', flush=True)\nwhile True: pass",
      lambda out: out == "x\n"),
-    ("import errno\nfor p in ('/etc/passwd', '/app/sandbox/app.py', '/usr/local/bin/python', '/root/x'):\n"
+    ("import errno\nfor p in ('/etc/passwd', '/app/sandbox/service/app.py', '/usr/local/bin/python', '/root/x'):\n"
      "    try:\n        open(p, 'a').write('pwned')\n        print(p, 'written')\n"
      "    except OSError as e:\n        print(p, errno.errorcode[e.errno])",
      lambda out: "written" not in out and len(out.splitlines()) == 4),

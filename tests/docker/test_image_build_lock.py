@@ -1,4 +1,4 @@
-"""sandbox/build_image.sh builds once per machine however many callers start it: the whole script runs under an
+"""sandbox/deploy/build_image.sh builds once per machine however many callers start it: the whole script runs under an
 exclusive flock on /tmp/alprl-sandbox-image.lock, so a second caller waits and then finds every step done, instead
 of racing the first on dpkg's lock (apt-get install debootstrap), the wheelhouse and the image tags.
 
@@ -31,7 +31,7 @@ def _start(log: Path) -> subprocess.Popen:
     for var in ("SANDBOX_IMAGE_LOCK", "SANDBOX_IMAGE_LOCK_WAIT_S"):  # the default lock, the one everyone shares
         env.pop(var, None)
     with log.open("w") as out:  # a file, not a pipe: nothing blocks on a full pipe while we wait
-        return subprocess.Popen(["bash", "sandbox/build_image.sh"], cwd=ROOT, env=env, stdout=out,
+        return subprocess.Popen(["bash", "sandbox/deploy/build_image.sh"], cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
 

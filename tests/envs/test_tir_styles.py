@@ -7,7 +7,7 @@ import json
 import pytest
 
 from envs.tir.styles import STYLES, TIMEOUT_MESSAGE, get_style, truncate_middle
-from sandbox.executor import LocalExecutor
+from sandbox.execution.in_process import LocalExecutor
 from sandbox.types import ExecutionResult
 
 SIMPLE, TORL, HERMES = STYLES["simpletir"], STYLES["torl"], STYLES["hermes"]

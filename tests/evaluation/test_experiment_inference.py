@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.experiments.results import unpack_results
 from evaluation.reports.experiment_inference import (
     by_seed,
     detectable_effect,
@@ -27,9 +28,19 @@ LONG = ROOT / "docs" / "experiments" / "long"
 ALP = ROOT / "docs" / "experiments" / "alp"
 
 
-def _committed(out: Path, periodic: bool) -> dict[str, dict[str, list]]:
-    plan = json.loads((out / "experiment.json").read_text())
-    return arm_records(finished_cells(out, plan), plan["steps"] if periodic else None)
+@pytest.fixture(scope="module")
+def committed(tmp_path_factory):
+    """Per arm, the records of a committed suite's cells, unpacked once from its archive."""
+    work = tmp_path_factory.mktemp("committed")
+
+    def records(results: Path, periodic: bool) -> dict[str, dict[str, list]]:
+        out = work / results.name
+        if not (out / "experiment.json").is_file():
+            unpack_results(results, out)
+        plan = json.loads((out / "experiment.json").read_text())
+        return arm_records(finished_cells(out, plan), plan["steps"] if periodic else None)
+
+    return records
 
 
 def _synthetic_arm(run_effects: list[float], tasks: int = 100, samples: int = 2, seed: int = 0) -> list[dict]:
@@ -111,18 +122,18 @@ def test_a_planted_effect_larger_than_the_detectable_one_is_found_over_five_seed
     assert unplanted["verdict"] == "inside the noise"
 
 
-def test_seq_alp_and_seq_bypass_the_same_loss_read_inside_the_noise_on_the_committed_long_cells():
+def test_seq_alp_and_seq_bypass_the_same_loss_read_inside_the_noise_on_the_committed_long_cells(committed):
     for periodic in (True, False):  # the primary endpoint and the last evaluation alone
-        records = _committed(LONG, periodic)
+        records = committed(LONG, periodic)
         kind = "eval" if periodic else "last"
         pair = judged([compare(records["seq_alp/lag2"][kind], records["seq_bypass/lag2"][kind], "primary")])[0]
         assert pair["verdict"] == "inside the noise", pair
         assert pair["ci_lo"] < 0 < pair["ci_hi"] and len(pair["per_seed"]) == 2
 
 
-def test_no_verdict_changes_with_the_bootstraps_rng_seed():
-    alp = _committed(ALP, periodic=False)
-    long = _committed(LONG, periodic=True)
+def test_no_verdict_changes_with_the_bootstraps_rng_seed(committed):
+    alp = committed(ALP, periodic=False)
+    long = committed(LONG, periodic=True)
     # the README's old "+0.028" DPPO-TV lead, an ALP pair near the edge, the long suite's headline
     pairs = [(alp, "dppo_tv/lag2", "grpo/lag2"), (alp, "token_alp/lag2", "token_mis/lag2"),
              (long, "token_alp/lag2", "grpo/lag2")]

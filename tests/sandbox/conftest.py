@@ -14,8 +14,8 @@ import time
 import httpx
 import pytest
 
-from sandbox import _linux
-from sandbox.local_server import ServerStartError, start_server
+from sandbox.deploy.local_server import ServerStartError, start_server
+from sandbox.isolation import linux
 
 IS_ROOT = os.geteuid() == 0
 SECRET = "alprl-test-secret-0123456789"
@@ -51,7 +51,7 @@ class Server:
 
     def run_processes(self) -> list[int]:
         """Pids of any process running as one of this server's slot uids (there should be none when idle)."""
-        return _linux.pids_of_uid(self.uids)
+        return linux.pids_of_uid(self.uids)
 
     def private_tmp_leftovers(self) -> list[str]:
         """Entries left in the zygotes' private /tmp, /dev/shm, /var/tmp (and workdirs) after runs ended."""

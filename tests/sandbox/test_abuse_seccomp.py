@@ -15,8 +15,8 @@ import platform
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox import seccomp_layer
-from sandbox.executor import Pool, RunRequest, SandboxStartError
+from sandbox.execution.pool import Pool, RunRequest, SandboxStartError
+from sandbox.isolation import seccomp
 from sandbox.settings import Settings
 
 NULL = 0
@@ -51,8 +51,8 @@ NOT_EPERM_WITHOUT_FILTER = ("ptrace", "process_vm_readv", "process_vm_writev", "
 
 def syscall_numbers() -> dict[str, int]:
     try:
-        lib = seccomp_layer._libseccomp()
-    except seccomp_layer.SeccompUnavailable as exc:
+        lib = seccomp._libseccomp()
+    except seccomp.SeccompUnavailable as exc:
         pytest.skip(str(exc))
     found = {}
     for name in PROBES:
@@ -87,7 +87,7 @@ def filtered(contained):
 
 
 def test_every_denied_syscall_has_a_probe():
-    assert set(seccomp_layer.DENIED_SYSCALLS) == set(PROBES)
+    assert set(seccomp.DENIED_SYSCALLS) == set(PROBES)
 
 
 @pytest.mark.parametrize("name", sorted(PROBES))
@@ -110,16 +110,16 @@ def clone_code(flags: int) -> str:
 
 
 def _number(name: str) -> int:
-    nr = seccomp_layer._libseccomp().seccomp_syscall_resolve_name(name.encode())
+    nr = seccomp._libseccomp().seccomp_syscall_resolve_name(name.encode())
     if nr < 0:
         pytest.skip(f"{name} does not exist on this architecture (or libseccomp does not know it)")
     return nr
 
 
-@pytest.mark.parametrize("flag", sorted(seccomp_layer.CLONE_NEW_FLAGS))
+@pytest.mark.parametrize("flag", sorted(seccomp.CLONE_NEW_FLAGS))
 def test_clone_into_a_new_namespace_gets_eperm(filtered, flag):
     # without this rule clone(CLONE_NEWUSER | CLONE_NEWNET) gives the run every capability in a namespace of its own
-    body = filtered.run(clone_code(seccomp_layer.CLONE_NEW_FLAGS[flag]))
+    body = filtered.run(clone_code(seccomp.CLONE_NEW_FLAGS[flag]))
     assert body["status"] == "Success" and body["run_result"]["stdout"] == f"-1 {errno.EPERM}\n", body
 
 
@@ -171,9 +171,9 @@ def test_info_reports_the_layer_and_its_denied_calls(filtered):
     info = filtered.http.get("/v1/info").json()
     assert "seccomp" in info["layers"] and "seccomp" not in info["layer_errors"]
     assert info["seccomp"]["action"] == "EPERM"
-    assert set(info["seccomp"]["denied_clone_flags"]) == set(seccomp_layer.CLONE_NEW_FLAGS)
+    assert set(info["seccomp"]["denied_clone_flags"]) == set(seccomp.CLONE_NEW_FLAGS)
     assert info["seccomp"]["enosys"] in ([], ["clone3"])
-    assert set(info["seccomp"]["denied"]) == set(syscall_numbers()) <= set(seccomp_layer.DENIED_SYSCALLS)
+    assert set(info["seccomp"]["denied"]) == set(syscall_numbers()) <= set(seccomp.DENIED_SYSCALLS)
 
 
 def test_without_the_layer_the_probed_calls_are_not_eperm():
@@ -193,9 +193,9 @@ def test_without_the_layer_the_probed_calls_are_not_eperm():
 
 
 def test_missing_libseccomp_degrades_with_a_reason(monkeypatch):
-    monkeypatch.setattr(seccomp_layer, "LIBSECCOMP", "libalprl-no-such-seccomp.so.9")
-    with pytest.raises(seccomp_layer.SeccompUnavailable, match="install libseccomp2"):
-        seccomp_layer.Filter.build()
+    monkeypatch.setattr(seccomp, "LIBSECCOMP", "libalprl-no-such-seccomp.so.9")
+    with pytest.raises(seccomp.SeccompUnavailable, match="install libseccomp2"):
+        seccomp.Filter.build()
 
 
 def test_required_but_unavailable_refuses_to_start():
@@ -280,7 +280,7 @@ def test_without_a_heavy_zygote_the_light_one_installs_per_run_and_maps_absolute
 def test_absolute_paths_without_a_heavy_zygote_get_one_clear_error(monkeypatch):
     # The heavy zygote failing to start (e.g. a broken numpy install) is forced here by making its spawn raise the
     # error a failed start raises; everything else is real.
-    from sandbox.worker import WorkerFailure
+    from sandbox.execution.supervision import WorkerFailure
 
     real_spawn = Pool._spawn
 

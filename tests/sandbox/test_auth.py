@@ -1,4 +1,4 @@
-"""API key and per-client in-flight cap (`sandbox.auth`) against real servers on loopback ports."""
+"""API key and per-client in-flight cap (`sandbox.service.auth`) against real servers on loopback ports."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import httpx
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox._http import RetryPolicy
-from sandbox.auth import key_index, parse_keys, presented_key
 from sandbox.client import AsyncSandboxClient, SandboxAuthError, SandboxClient, make_runner
-from sandbox.local_server import start_server
+from sandbox.client.retry import RetryPolicy
+from sandbox.deploy.local_server import start_server
+from sandbox.service.auth import key_index, parse_keys, presented_key
 from sandbox.settings import Settings, SettingsError
 
 KEY, OTHER_KEY = "right-key-0123", "second-key-4567"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox.local_server import ServerStartError, start_server
+from sandbox.deploy.local_server import ServerStartError, start_server
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "sandbox_throughput.py"
 

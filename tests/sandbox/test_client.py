@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox._http import RetryPolicy, parse_urls
 from sandbox.client import AsyncSandboxClient, SandboxClient, make_runner
-from sandbox.executor import LocalExecutor
-from sandbox.local_server import start_server
+from sandbox.client.retry import RetryPolicy, parse_urls
+from sandbox.deploy.local_server import start_server
+from sandbox.execution.in_process import LocalExecutor
 
 FAST_RETRY = RetryPolicy(attempts=10, base_s=0.02, max_s=0.3)
 

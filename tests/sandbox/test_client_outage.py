@@ -10,9 +10,9 @@ import httpx
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox._http import RetryPolicy
 from sandbox.client import SandboxClient, make_runner
-from sandbox.local_server import start_server
+from sandbox.client.retry import RetryPolicy
+from sandbox.deploy.local_server import start_server
 
 
 def mocked(handler, **kwargs) -> tuple[SandboxClient, list[str]]:

@@ -57,7 +57,7 @@ def test_verl_reward_path_request_shape(server):
 
 
 # ---- SandboxFusion parity (issue 21 item 3): cases SandboxFusion's own python runner tests cover ------------------
-OUR_PATHS = ("sandbox/zygote.py", "sandbox/child.py", "sandbox/_linux.py")
+OUR_PATHS = ("sandbox/execution/zygote.py", "sandbox/execution/child.py", "sandbox/isolation/linux.py")
 
 
 def _clean_stderr(res: dict) -> None:
@@ -206,8 +206,8 @@ def test_absolute_paths_without_a_mount_layer_get_a_clear_422():
 
     from fastapi import HTTPException
 
-    from sandbox.paths import check_absolute
-    from sandbox.routes import _run_request
+    from sandbox.isolation.file_paths import check_absolute
+    from sandbox.service.routes import _run_request
     from sandbox.settings import Settings
 
     service = SimpleNamespace(settings=Settings(), backend=SimpleNamespace(info=lambda: {"layers": ["net", "pid"]}))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.compose_flags import docker_run_flags, service_config
+from sandbox.deploy.compose_flags import docker_run_flags, service_config
 
 
 def test_sandbox_service_flags_carry_the_compose_hardening(monkeypatch):

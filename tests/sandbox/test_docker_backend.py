@@ -12,11 +12,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox.executor import RunRequest
+from sandbox.execution.pool import RunRequest
 from sandbox.settings import Settings
 
 pytest.importorskip("docker", reason="the docker SDK is not installed (pip install docker)")
-from sandbox.docker_backend import BOOTSTRAP, DockerBackend, DockerUnavailable, _payload_tar, hardening  # noqa: E402
+from sandbox.execution.docker_backend import (  # noqa: E402
+    BOOTSTRAP,
+    DockerBackend,
+    DockerUnavailable,
+    _payload_tar,
+    hardening,
+)
 
 COMPOSE = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
 

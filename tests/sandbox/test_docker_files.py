@@ -1,4 +1,4 @@
-"""docker-compose.yml, sandbox/Dockerfile and the image script, checked statically (tests/docker runs them)."""
+"""docker-compose.yml, sandbox/deploy/Dockerfile and the image script, checked statically (tests/docker runs them)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def compose() -> dict:
 
 @pytest.fixture(scope="module")
 def dockerfile() -> list[str]:
-    text = (ROOT / "sandbox" / "Dockerfile").read_text()
+    text = (ROOT / "sandbox" / "deploy" / "Dockerfile").read_text()
     return [line.strip() for line in text.replace("\\\n", " ").splitlines() if line.strip() and not line.startswith("#")]
 
 
@@ -61,7 +61,7 @@ def test_sandbox_network_has_no_egress(compose):
     assert gateway["ports"] == ["127.0.0.1:${SANDBOX_HOST_PORT:-8080}:8080"] and set(nets) <= set(gateway["networks"])
     assert gateway["read_only"] is True and gateway["cap_drop"] == ["ALL"] and "cap_add" not in gateway
     assert gateway["image"] == compose["services"]["sandbox"]["image"]  # built here, nothing to pull
-    from sandbox.cli import build_parser
+    from sandbox.deploy.cli import build_parser
 
     args = build_parser().parse_args(gateway["command"][1:])
     assert args.command == "gateway" and args.target == "sandbox:8080"
@@ -72,7 +72,7 @@ def test_replicas_are_configurable(compose):
 
 
 def test_compose_command_matches_the_cli(compose):
-    from sandbox.cli import build_parser
+    from sandbox.deploy.cli import build_parser
 
     command = compose["services"]["sandbox"]["command"]
     assert command[0] == "alprl-sandbox"
@@ -91,7 +91,7 @@ def test_dockerfile_base_is_an_argument_and_serve_cmd(dockerfile):
 def test_image_installs_only_the_sandbox_extra_from_the_wheelhouse(dockerfile):
     run = " ".join(line for line in dockerfile if line.startswith("RUN "))
     assert run.count("--no-index") == 2 and "--no-deps ." in run and "torch" not in run
-    script = (ROOT / "sandbox" / "build_image.sh").read_text()
+    script = (ROOT / "sandbox" / "deploy" / "build_image.sh").read_text()
     assert '["optional-dependencies"]["sandbox"]' in script and "--only-binary=:all:" in script
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["sandbox"]
     assert not any(dep.startswith(("torch", "transformers")) for dep in extra)

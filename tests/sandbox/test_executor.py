@@ -7,11 +7,12 @@ import os
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox.executor import LocalExecutor, Pool, RunRequest, execute, limits_for, to_result
-from sandbox.protocol import RunReport
+from sandbox.execution.in_process import LocalExecutor, execute
+from sandbox.execution.pool import Pool, RunRequest, limits_for, to_result
+from sandbox.execution.protocol import RunReport
+from sandbox.execution.supervision import Capture, RawRun
 from sandbox.settings import Settings
 from sandbox.types import CodeRunner, ExecutionResult
-from sandbox.worker import Capture, RawRun
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from conftest import fresh_uid_base
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from envs.tir.tasks import generate_task
-from sandbox.local_server import start_server
+from sandbox.deploy.local_server import start_server
 
 EPISODES = 24
 KILL_AFTER = 6  # episodes finished before server A dies; the others are in flight or not started

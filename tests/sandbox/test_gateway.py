@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from sandbox.gateway import parse_address
+from sandbox.deploy.gateway import parse_address
 
 
 def _free_port() -> int:
@@ -23,7 +23,7 @@ def _free_port() -> int:
 def gateway(server):
     port = int(server.url.rsplit(":", 1)[1])
     listen = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox.cli", "gateway", "--listen", f"127.0.0.1:{listen}",
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox.deploy.cli", "gateway", "--listen", f"127.0.0.1:{listen}",
                              "--target", f"localhost:{port}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     line = proc.stdout.readline()
@@ -43,7 +43,7 @@ def test_requests_through_the_gateway_reach_the_service(gateway):
 
 def test_an_unreachable_target_closes_the_connection_and_the_gateway_lives_on(server):
     listen = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox.cli", "gateway", "--listen", f"127.0.0.1:{listen}",
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox.deploy.cli", "gateway", "--listen", f"127.0.0.1:{listen}",
                              "--target", f"127.0.0.1:{_free_port()}"], stdout=subprocess.PIPE, text=True)
     try:
         proc.stdout.readline()
@@ -61,6 +61,6 @@ def test_an_unreachable_target_closes_the_connection_and_the_gateway_lives_on(se
 def test_bad_addresses_get_one_clear_error(text):
     with pytest.raises(ValueError, match="expected HOST:PORT"):
         parse_address(text, what="--target")
-    out = subprocess.run([sys.executable, "-m", "sandbox.cli", "gateway", "--target", text], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "sandbox.deploy.cli", "gateway", "--target", text], capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 2 and "expected HOST:PORT" in out.stderr and "Traceback" not in out.stderr

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import IS_ROOT, fresh_uid_base
 
-from sandbox import _linux, zygote
-from sandbox.executor import Pool, RunRequest, SandboxStartError, UnsafeSandbox
+from sandbox.execution import zygote
+from sandbox.execution.pool import Pool, RunRequest, SandboxStartError, UnsafeSandbox
+from sandbox.isolation import linux
 from sandbox.settings import Settings
 
 
@@ -76,7 +77,7 @@ def test_uid_layer_runs_code_as_the_slot_uid_and_kills_its_daemons():
         uid = pool._slots[0].uid
         assert run(pool, "import os\nprint(os.getuid(), os.geteuid(), os.getgroups())") == f"{uid} {uid} []\n"
         run(pool, DAEMON)
-        assert _linux.pids_of_uid({uid}) == []
+        assert linux.pids_of_uid({uid}) == []
         assert "Errno 1" in run(pool, "import os\ntry:\n    os.kill(1, 0)\nexcept OSError as e:\n    print(e)")
     finally:
         pool.close()
@@ -127,7 +128,7 @@ def test_mount_layer_gives_private_tmp_and_read_only_root():
 def test_importable_paths_hold_the_venv_and_the_sandbox_package_not_the_project_root():
     # The project root may be closed to other users (a 0700 `mktemp -d` clone): exposing it whole would keep
     # the venv inside it unreachable for the slot uid, so only the package and the interpreter's paths go in.
-    package = Path(zygote.__file__).resolve().parent
+    package = Path(zygote.__file__).resolve().parents[1]  # sandbox/ (the zygote lives in its execution room)
     paths = [os.path.realpath(p) for p in zygote.importable_paths()]
     assert str(package) in paths and str(package.parent) not in paths
     assert os.path.realpath(sys.prefix) in paths

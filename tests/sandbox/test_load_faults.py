@@ -17,7 +17,7 @@ import httpx
 import pytest
 from conftest import Server, fresh_uid_base
 
-from sandbox.local_server import start_server
+from sandbox.deploy.local_server import start_server
 
 REQUESTS = 2000
 CONCURRENCY = 64

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from sandbox.protocol import MARSHALLED, Limits, RunReport, RunSpec, SessionSpec, recv, send
+from sandbox.execution.protocol import MARSHALLED, Limits, RunReport, RunSpec, SessionSpec, recv, send
 
 LIMITS = Limits(timeout_s=2.5, memory_mb=512, max_file_mb=8, max_open_files=64, max_processes=16, cpu_s=4)
 

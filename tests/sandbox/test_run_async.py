@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox import worker
-from sandbox.executor import Pool, RunRequest
-from sandbox.service import SandboxService
-from sandbox.service_metrics import Metrics
+from sandbox.execution import supervision
+from sandbox.execution.pool import Pool, RunRequest
+from sandbox.service.metrics import Metrics
+from sandbox.service.sandbox_service import SandboxService
 from sandbox.settings import Settings
 
 
@@ -129,7 +129,7 @@ def test_a_cancelled_request_lets_its_run_finish_and_frees_the_slot():
 
 @pytest.mark.parametrize("driver", ["thread", "loop"])
 def test_a_zygote_that_stops_answering_fails_its_run_and_is_replaced(driver, monkeypatch):
-    monkeypatch.setattr(worker, "GRACE_S", 0.5)  # how long past the run's timeout the server waits for a report
+    monkeypatch.setattr(supervision, "GRACE_S", 0.5)  # how long past the run's timeout the server waits for a report
     pool, threads = _pool(), CountingThreads()
     try:
         hung = pool._slots[0].light

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox.cli import build_parser, main
-from sandbox.local_server import ServerStartError, serve_in_background, start_server
+from sandbox.deploy.cli import build_parser, main
+from sandbox.deploy.local_server import ServerStartError, serve_in_background, start_server
 from sandbox.settings import LAYERS, Settings, SettingsError, describe, env_name
 
 

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from conftest import fresh_uid_base
 
-from sandbox.executor import RunRequest, limits_for
-from sandbox.local_server import start_server
-from sandbox.protocol import RunSpec, ZygoteConfig, send
+from sandbox.deploy.local_server import start_server
+from sandbox.execution.pool import RunRequest, limits_for
+from sandbox.execution.protocol import RunSpec, ZygoteConfig, send
+from sandbox.execution.zygote_handle import ZygoteProcess
 from sandbox.settings import Settings
-from sandbox.worker import ZygoteProcess
 
 
 def test_zygote_ends_quietly_when_its_server_leaves_a_report_unread(tmp_path, capfd):
@@ -50,7 +50,7 @@ def test_zygote_ends_quietly_when_its_server_leaves_a_report_unread(tmp_path, ca
 
 @pytest.mark.parametrize("use_it", [True, False], ids=["after-runs", "right-after-start"])
 def test_service_stops_without_a_traceback(use_it):
-    """Started and stopped as `alprl demo` does (`sandbox.local_server`: SIGTERM, the lifespan closes the pool).
+    """Started and stopped as `alprl demo` does (`sandbox.deploy.local_server`: SIGTERM, the lifespan closes the pool).
     Stopped right after start, the heavy zygotes are still importing numpy and sympy (`/v1/info` counts them in
     `warming`): they report "ready" to a server that is exiting or gone, and must end quietly all the same."""
     with start_server(workers=2, max_sessions=2, uid_base=fresh_uid_base(), allow_unsafe=True) as server:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXECUTOR_MODULES = ("sandbox.executor", "sandbox.zygote", "sandbox.seccomp_layer", "sandbox.worker")
+EXECUTOR_MODULES = ("sandbox.execution.pool", "sandbox.execution.zygote", "sandbox.isolation.seccomp",
+                    "sandbox.execution.zygote_handle")
 CHECK = ("import sys\n{setup}\nloaded = [m for m in {modules!r} if m in sys.modules]\n"
          "assert not loaded, f'loaded {{loaded}}'\n")
 
@@ -36,4 +37,4 @@ def test_http_only_paths_do_not_load_the_executor(setup):
 def test_the_in_process_runner_still_loads_it():
     # the check above would pass vacuously if the module names were wrong
     done = run_fresh("from sandbox.client import make_runner\nmake_runner(None)")
-    assert done.returncode != 0 and "sandbox.executor" in done.stderr
+    assert done.returncode != 0 and "sandbox.execution.pool" in done.stderr

@@ -1,8 +1,10 @@
-"""The rooms of `trainer/` and `evaluation/` (docs/architecture.md): small folders, each saying what it holds.
+"""The rooms of `trainer/` and `evaluation/` (docs/architecture.md) and of `sandbox/` (docs/sandbox.md): small
+folders, each saying what it holds.
 
 A newcomer finds a module by its concern: no folder of a package holds more than 12 modules, every room opens with a
 docstring naming its concern, and `trainer/`'s top level keeps only the step's own modules (a new module goes into
-the room of its concern).
+the room of its concern). `sandbox/`'s top level keeps only what every room shares (the result type, the settings),
+and its rooms import one way: a room imports only that top level and the rooms listed before it.
 """
 
 from __future__ import annotations
@@ -12,26 +14,30 @@ from pathlib import Path
 
 import pytest
 
+from tests.structure.test_import_direction import import_graph
+
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULES = 12
 STEP_MODULES = {"__init__", "loop", "update", "components", "reference", "tasks"}
 ROOMS = ["trainer/objective", "trainer/config", "trainer/diagnostics", "trainer/runtime", "trainer/sft",
-         "trainer/algorithms", "evaluation/reports"]
+         "trainer/algorithms", "evaluation/reports", "app/experiments"]
+# sandbox/'s rooms in import order (docs/sandbox.md); its top level holds only what they all share
+SANDBOX_ROOMS = ["sandbox/isolation", "sandbox/execution", "sandbox/service", "sandbox/client", "sandbox/deploy"]
+SANDBOX_SHARED = {"__init__", "types", "settings"}
 
 
 def folders(package: str) -> list[Path]:
     return [d for d in [ROOT / package, *(ROOT / package).rglob("*")] if d.is_dir() and (d / "__init__.py").exists()]
 
 
-# sandbox/ (25 flat modules, a service of its own with its own image) is not split yet
-@pytest.mark.parametrize("package", ["envs", "agents", "evaluation", "trainer", "app"])
+@pytest.mark.parametrize("package", ["sandbox", "envs", "agents", "evaluation", "trainer", "app"])
 def test_no_folder_holds_more_than_twelve_modules(package):
     big = {str(d.relative_to(ROOT)): n for d in folders(package)
            if (n := len([p for p in d.glob("*.py") if p.name != "__init__.py"])) > MAX_MODULES}
     assert not big, f"folders over {MAX_MODULES} modules (split them by concern): {big}"
 
 
-@pytest.mark.parametrize("room", ROOMS)
+@pytest.mark.parametrize("room", ROOMS + SANDBOX_ROOMS)
 def test_each_room_says_what_it_holds(room):
     init = ROOT / room / "__init__.py"
     assert init.exists(), f"{room} is not a package"
@@ -45,4 +51,50 @@ def test_trainer_top_level_keeps_only_the_step():
         f"trainer/ top-level modules outside the step: {sorted(top - STEP_MODULES)}; move them into a room")
     rooms_here = {str(d.relative_to(ROOT)) for d in folders("trainer") if d != ROOT / "trainer"}
     rooms_here |= {str(d.relative_to(ROOT)) for d in folders("evaluation") if d != ROOT / "evaluation"}
+    rooms_here |= {str(d.relative_to(ROOT)) for d in folders("app") if d != ROOT / "app"}
     assert rooms_here == set(ROOMS), f"rooms on disk {sorted(rooms_here)} differ from docs/architecture.md's list"
+
+
+def test_sandbox_top_level_keeps_only_what_the_rooms_share():
+    top = {p.stem for p in (ROOT / "sandbox").glob("*.py")}
+    assert top - SANDBOX_SHARED == set(), (
+        f"sandbox/ top-level modules outside the shared ones: {sorted(top - SANDBOX_SHARED)}; move them into a room")
+    rooms_here = {str(d.relative_to(ROOT)) for d in folders("sandbox") if d != ROOT / "sandbox"}
+    assert rooms_here == set(SANDBOX_ROOMS), f"rooms on disk {sorted(rooms_here)} differ from docs/sandbox.md's list"
+
+
+def room_of(module: str) -> str | None:
+    """'sandbox.execution.pool' → 'sandbox/execution'; None for sandbox's shared top-level modules."""
+    parts = module.split(".")
+    return "/".join(parts[:2]) if len(parts) > 2 or f"sandbox/{parts[-1]}" in SANDBOX_ROOMS else None
+
+
+def upward_imports(root: Path) -> list[str]:
+    """Imports of a sandbox room (or of the shared top level) from a room listed after it; every import counts
+    (module level or deferred), as in test_import_direction."""
+    rank = {room: i for i, room in enumerate(SANDBOX_ROOMS)}
+
+    def above(dep: str, module: str) -> bool:
+        return room_of(dep) is not None and (room_of(module) is None or rank[room_of(dep)] > rank[room_of(module)])
+
+    return sorted(f"{module} imports {dep}" for module, deps in import_graph(root, ["sandbox"]).items()
+                  for dep in deps if above(dep, module))
+
+
+def test_sandbox_rooms_import_only_the_rooms_before_them():
+    upward = upward_imports(ROOT)
+    assert not upward, f"sandbox rooms import only the rooms before them ({' ← '.join(SANDBOX_ROOMS)}): {upward}"
+
+
+def test_the_rooms_check_catches_an_upward_import(tmp_path):
+    files = {"sandbox/__init__.py": "", "sandbox/types.py": "from sandbox.client import x\n",
+             "sandbox/isolation/__init__.py": "",
+             "sandbox/isolation/linux.py": "def f():\n    import sandbox.execution.pool\n",
+             "sandbox/execution/__init__.py": "", "sandbox/execution/pool.py": "from sandbox.isolation import linux\n",
+             "sandbox/client/__init__.py": "x = 1\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert upward_imports(tmp_path) == ["sandbox.isolation.linux imports sandbox.execution",
+                                        "sandbox.isolation.linux imports sandbox.execution.pool",
+                                        "sandbox.types imports sandbox.client"]

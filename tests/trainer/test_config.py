@@ -123,7 +123,7 @@ def test_a_recipe_naming_an_unknown_preset_is_refused_with_its_path(tmp_path):
 def test_an_experiment_cell_runs_its_method_as_the_preset_defines_it():
     """alprl experiment puts the cell's preset above the recipe: the household recipe's own loss_agg does not
     reach a GRPO cell, while alprl train with that recipe keeps it."""
-    from app.experiment_run import cell_config
+    from app.experiments.run import cell_config
 
     recipe = str(CONFIG_DIR / "household_tiny.yaml")
     assert build_config(recipe, ["algorithm=grpo"]).algo.loss_agg == "seq-mean-token-mean"

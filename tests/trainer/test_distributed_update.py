@@ -29,7 +29,7 @@ from trainer.objective.corrections import prepare_corrections
 from trainer.objective.logprobs import old_logprobs
 from trainer.objective.types import collate
 from trainer.runtime.distributed import DistContext, shard_policy
-from trainer.runtime.full_weights import full_named_parameters
+from trainer.runtime.sampler_mismatch import full_named_parameters
 from trainer.update import UpdateSettings, update_policy
 
 GROUPS, GROUP_SIZE, WORLD = 4, 4, 2

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
-from app import experiment_run
 from app.cli import main, parse_args
-from app.experiment_run import build_plan, cell_config
-from app.suites import SUITES, thirds
+from app.experiments import run as experiment_run
+from app.experiments.archive import ARCHIVE, read_archive
+from app.experiments.run import build_plan, cell_config
+from app.experiments.suites import OFFPOLICY_2026, SUITES, alp_primary, thirds
 from evaluation.reports.experiment_figures import ROBUSTNESS_FIGURE
 from evaluation.reports.experiment_report import mipu_rows, scale_words
 from evaluation.reports.experiment_stats import (
@@ -24,7 +26,8 @@ from evaluation.reports.experiment_stats import (
 from evaluation.reports.run_report import write_report
 from trainer.runtime.run_meta import source_commit
 
-ALP_METHODS = ["grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp", "dppo_tv"]
+ALP_METHODS = ["grpo", "seq_bypass", "seq_mis", "token_mis", "token_alp", "seq_alp", "dppo_tv", "vespo", "vcpo",
+               "minpro", "ctpo"]
 
 
 def plan_of(*argv: str):
@@ -51,7 +54,9 @@ def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
                                                                                    "seq_mis", "dppo_tv")]
     fp16 = [("grpo/lag2_fp16", f"{m}/lag2") for m in ("grpo", "token_mis", "seq_bypass", "token_alp")]
     assert alp.comparisons() == [(f"{m}/lag2", "grpo/lag2") for m in ALP_METHODS[1:]] + claim + fp16
-    assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 16  # 7 methods at lag 2, GRPO in fp16
+    assert {c.seed for c in alp.cells} == {0, 1} and len(alp.cells) == 24  # 11 methods at lag 2, GRPO in fp16
+    primary = [pair for pair in alp.comparisons() if alp_primary(*pair)]  # 2026's methods against GRPO: exploratory
+    assert primary and not any(a.split("/")[0] in OFFPOLICY_2026 for a, _ in primary)
     fp16_cell = next(c for c in alp.cells if c.setting.name == "lag2_fp16")
     cfg = cell_config(alp.config, alp.cell_overrides(fp16_cell))
     assert (cfg.algo.name, cfg.rollout.dtype, cfg.distributed.mixed_precision, cfg.rollout.policy_lag) == (
@@ -134,12 +139,15 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
         assert (out / name).stat().st_size > 0
     data = json.loads((out / "report.json").read_text())
     assert list(data["arms"]) == [f"{m}/lag2" for m in ALP_METHODS] + ["grpo/lag2_fp16"]
-    assert data["cells_finished"] == data["cells_planned"] == 8 and data["start"] == str(sft_dir)
+    cells_planned = len(ALP_METHODS) + 1  # every method at lag 2, GRPO in fp16
+    assert data["cells_finished"] == data["cells_planned"] == cells_planned and data["start"] == str(sft_dir)
     for arm in data["arms"].values():
         assert arm["eval_ci_lo"] <= arm["success"] <= arm["eval_ci_hi"] and arm["problems"] == 4
         assert arm["ci_lo"] is None  # one seed: no run-to-run noise measured
         assert set(arm["pass_at_k"]) == {"1", "2"} and arm["training"]["mismatch_kl_mean"] is not None
-    assert [c["baseline"] for c in data["comparisons"]][:6] == ["grpo/lag2"] * 6 and len(data["comparisons"]) == 18
+    against_grpo = len(ALP_METHODS) - 1  # then ALP's 8 claim pairs and GRPO in fp16 against 4 arms in bf16
+    assert [c["baseline"] for c in data["comparisons"]][:against_grpo] == ["grpo/lag2"] * against_grpo
+    assert len(data["comparisons"]) == against_grpo + 8 + 4
     for c in data["comparisons"]:
         assert c["eval_ci_lo"] <= c["diff"] <= c["eval_ci_hi"] and c["verdict"] == "one seed: no verdict"
         assert c["family"] in ("primary", "exploratory")
@@ -178,7 +186,7 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     partial = json.loads((out / "report.json").read_text())
     assert len(calls) == 1 and calls[0] in (half_done.name, never_started.name)
     (left,) = {half_done.name, never_started.name} - set(calls)
-    assert partial["cells_missing"] == [left] and partial["cells_finished"] == 7
+    assert partial["cells_missing"] == [left] and partial["cells_finished"] == cells_planned - 1
     assert f"(missing: {left})" in (out / "report.md").read_text()
     assert not (out / "report.html").exists()  # figures are drawn once, when the experiment ends
     assert main(argv) == 0, capsys.readouterr().err
@@ -189,7 +197,7 @@ def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, caps
     # starting over, so its directory, stray file included, was kept
     assert json.loads((half_done / "cell.json").read_text())["resumed_from_step"] == 2
     assert (half_done / "left_by_the_kill.txt").exists()
-    assert len(json.loads((out / "report.json").read_text())["arms"]) == 8
+    assert len(json.loads((out / "report.json").read_text())["arms"]) == cells_planned
     # each cell is an ordinary run directory: `alprl report` overlays them
     assert write_report([cells[0], cells[-1]], out=tmp_path / "overlay.html").stat().st_size > 0
 
@@ -224,13 +232,15 @@ def test_results_dir_keeps_the_cells_a_new_machine_reports_without_training(tmp_
     assert main(argv) == 0, capsys.readouterr().err
     report = json.loads((out / "report.json").read_text())
     assert json.loads((kept / "report.json").read_text()) == report and (kept / "report.md").is_file()
+    archived = read_archive(kept / ARCHIVE)
     for cell in ("grpo__recipe__seed0", "sprpo__recipe__seed0"):
-        files = {p.relative_to(kept / cell).as_posix() for p in (kept / cell).rglob("*") if p.is_file()}
+        files = set(archived[cell])
         assert {"cell.json", "metrics.jsonl", "run_meta.json", "robustness/records.jsonl"} <= files
-        assert json.loads((kept / cell / "cell.json").read_text())["final_eval"] in files
+        assert json.loads(archived[cell]["cell.json"])["final_eval"] in files
         assert (out / cell / "checkpoints").is_dir()
     # small files only: no checkpoint, no HTML or PNG (the report's figures are drawn again from the kept records)
-    assert not [p for p in kept.rglob("*") if p.suffix in (".safetensors", ".pt", ".html", ".png")]
+    kept_names = [*(p.name for p in kept.rglob("*")), *(f for files in archived.values() for f in files)]
+    assert not [n for n in kept_names if Path(n).suffix in (".safetensors", ".pt", ".html", ".png")]
 
     shutil.rmtree(tmp_path / "runs")  # a new machine: only the committed folder is left
     monkeypatch.setattr(experiment_run, "run_cell", lambda plan, cell: pytest.fail(f"{cell.name} trained again"))

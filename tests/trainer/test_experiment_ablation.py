@@ -8,8 +8,8 @@ import json
 import pytest
 
 from app.cli import main, parse_args
-from app.experiment_run import build_plan
-from app.suites import ABLATION_RELATIVE_SIGMA
+from app.experiments.run import build_plan
+from app.experiments.suites import ABLATION_RELATIVE_SIGMA
 from evaluation.reports.experiment_figures import SIGMA_FIGURE
 
 REL = f"rel{ABLATION_RELATIVE_SIGMA:g}"

@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 
 from app.cli import parse_args
-from app.experiment_run import build_plan, cell_config
-from app.suites import ACTING_ALP, ACTING_GRPO, ACTING_TWIN
+from app.experiments.run import build_plan, cell_config
+from app.experiments.suites import ACTING_ALP, ACTING_GRPO, ACTING_TWIN
 
 
 def _flat(tree: dict, prefix: str = "") -> dict:

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from app import suites
 from app.cli import main, parse_args
-from app.experiment_run import build_plan
+from app.experiments import suites
+from app.experiments.run import build_plan
 from evaluation.reports.long_horizon_figures import (
     DYNAMICS_FIGURE,
     ENVELOPE_FIGURE,
@@ -75,6 +75,18 @@ def test_lag4_runs_only_when_named_and_compares_within_its_own_sampler(tmp_path)
     # Token-MIS did not run: no pair against it
     assert plan.comparisons() == [("seq_bypass/lag4", "grpo/lag4"), ("seq_alp/lag4", "grpo/lag4"),
                                   ("seq_alp/lag4", "seq_bypass/lag4")]
+
+
+def test_lag4_adds_2026s_off_policy_methods_compared_with_grpo_as_exploratory(tmp_path):
+    plan = plan_of("long", "--settings", "lag4", "--seeds", "0", "--out", str(tmp_path))
+    assert [c.arm for c in plan.cells] == [f"{m}/lag4" for m in [*METHODS, *suites.OFFPOLICY_2026]]
+    for cell in plan.cells[len(METHODS):]:
+        cfg = build_config(plan.config, plan.cell_overrides(cell))
+        assert (cfg.algo.name, cfg.rollout.policy_lag) == (cell.method, 4)
+    pairs = plan.comparisons()
+    new = [(f"{m}/lag4", "grpo/lag4") for m in suites.OFFPOLICY_2026]
+    assert set(new) <= set(pairs) and not any(suites.long_primary(*pair) for pair in new)
+    assert all(c.arm.endswith("/lag2") and c.method in METHODS for c in plan_of("long", "--out", str(tmp_path / "d")).cells)
 
 
 @pytest.mark.smoke

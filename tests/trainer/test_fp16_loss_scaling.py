@@ -22,7 +22,7 @@ from trainer import update as update_module
 from trainer.components import build_optimizer, build_perturbation
 from trainer.config.train_config import build_config
 from trainer.runtime.distributed import DistContext, build_grad_scaler, shard_policy
-from trainer.runtime.full_weights import full_named_parameters
+from trainer.runtime.sampler_mismatch import full_named_parameters
 from trainer.update import UpdateSettings, update_policy
 
 HUGE_SCALE = 2.0**24  # the tiny model's fp16 gradients overflow at it (measured: the first scale that trains is 2^16)

@@ -73,6 +73,48 @@ PRESET_CLIPS = {"ppo_clip": (0.2, 0.28, 3.0), "bypass": (0.5, 3.0, 3.0), "gspo":
                  "gmpo": (0.4, 0.4, None), "dppo_tv": (0.2, 0.2, None), "dppo_kl": (0.05, 0.05, None),
                  "sapo": (None, None, None)}
 SAPO_TAUS = (1.0, 1.05)  # τ_pos, τ_neg (configs/algorithms/sapo.yaml)
+PRESET_CLIPS |= {"vespo": (None, None, None), "minpro": (0.2, 0.28, 3.0), "ctpo": (None, None, None)}
+VESPO_KERNEL = {"vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0, "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0}  # vespo.yaml
+CTPO_BOUNDS = {"ctpo_clip_low": 0.025, "ctpo_clip_high": 0.05, "ctpo_clip_dual": 0.05, "ctpo_power": 0.5}  # ctpo.yaml
+
+
+def _kept(values, keep):
+    return [v for v, k in zip(values, keep, strict=True) if k]
+
+
+def _ref_vespo(logp, old, keep, a):
+    """−φ(W)·A·log π, W = e^⟦Σ_kept (logp − old)⟧, φ = W^k·e^{λ(1−W)}, (k, λ) by the sign of A (arXiv 2602.10693)."""
+    big_w = math.exp(max(-20.0, min(20.0, sum(_kept([x - y for x, y in zip(logp, old, strict=True)], keep)))))
+    k, lam = ((VESPO_KERNEL["vespo_k_pos"], VESPO_KERNEL["vespo_lambda_pos"]) if a >= 0
+              else (VESPO_KERNEL["vespo_k_neg"], VESPO_KERNEL["vespo_lambda_neg"]))
+    phi = big_w ** k * math.exp(lam * (1 - big_w))
+    return [-phi * a * x for x in logp]
+
+
+def _ref_minpro(logp, rollout, keep, a, lo, hi, c):
+    """min_{kept i<t} ρ_i (1 on the first kept token) × the dual clip of ρ_t, ρ = π_θ/μ (arXiv 2601.22718 [R])."""
+    row, seen = [], []
+    for x, y, k in zip(logp, rollout, keep, strict=True):
+        prefix = math.exp(min(seen)) if seen else 1.0
+        row.append(prefix * ref_dual_clip(x - y, a, lo, hi, c))
+        if k:
+            seen.append(max(-20.0, min(20.0, x - y)))
+    return row
+
+
+def _ref_ctpo(logp, old, keep, a):
+    """Dual clip of the cumulative ratio e^{min(S_t, 10)} in log space within t^p-scaled bounds (arXiv 2605.07331)."""
+    lo, hi, dual, power = (CTPO_BOUNDS[k] for k in ("ctpo_clip_low", "ctpo_clip_high", "ctpo_clip_dual", "ctpo_power"))
+    row, total, position = [], 0.0, 0
+    for x, y, k in zip(logp, old, keep, strict=True):
+        if k:
+            total += max(-20.0, min(20.0, x - y))
+            position += 1
+        s = max(position, 1) ** power
+        log_r = min(total, 10.0)
+        loss = max(-a * math.exp(log_r), -a * math.exp(min(max(log_r, -lo * s), hi * s)))
+        row.append(min(loss, -a * math.exp(dual * s)) if a < 0 else loss)
+    return row
 
 
 def _dppo_valid(p, p_mu, a, lo, hi, divergence):
@@ -122,6 +164,12 @@ def ref_policy_loss(name, lps, keep, adv, level="token", clips=None):
             tau = SAPO_TAUS[0] if a > 0 else SAPO_TAUS[1]
             row = [-a * 4 / tau / (1 + math.exp(-tau * (math.exp(max(-20.0, min(20.0, x - y))) - 1)))
                    for x, y in zip(logp[b], old[b], strict=True)]
+        elif name == "vespo":
+            row = _ref_vespo(logp[b], old[b], row_keep, a)
+        elif name == "minpro":
+            row = _ref_minpro(logp[b], rollout[b], row_keep, a, lo, hi, c)
+        elif name == "ctpo":
+            row = _ref_ctpo(logp[b], old[b], row_keep, a)
         elif name == "gmpo":  # −A·exp(mean_t of the log ratio clipped pessimistically in log space)
             sign = (a > 0) - (a < 0)
             cs = [sign * min(sign * d, sign * max(-lo, min(hi, d)))
@@ -227,7 +275,8 @@ def test_each_loss_reads_its_own_log_probs_hand_computed():
 LEVELS = ("token", "seq", "geo")
 LOSS_CASES = [("ppo_clip", lv) for lv in LEVELS] + [("bypass", lv) for lv in LEVELS] + [
     ("gspo", "geo"), ("quatro", "geo"), ("cispo", "token"), ("is_reinforce", "token"), ("gmpo", "geo"),
-    ("dppo_tv", "token"), ("dppo_kl", "token"), ("sapo", "token")]
+    ("dppo_tv", "token"), ("dppo_kl", "token"), ("sapo", "token"), ("vespo", "seq"), ("minpro", "token"),
+    ("ctpo", "token")]
 UPD_SCALE = {"gspo": 1e-3}  # GSPO's band is ±4e-4: smaller steps keep some ratios inside it
 
 
@@ -237,10 +286,14 @@ def _registry_call(name, level, lps, mask, adv):
         kwargs = {"upd_level": level, "quatro_delta": 0.02, "quatro_log_ratio_clamp": 5.0, "quatro_grpo_scale": True}
     elif name == "sapo":
         kwargs = {"sapo_tau_pos": SAPO_TAUS[0], "sapo_tau_neg": SAPO_TAUS[1]}
+    elif name in ("vespo", "ctpo"):
+        kwargs = dict(VESPO_KERNEL if name == "vespo" else CTPO_BOUNDS)
     else:
         kwargs = dict(zip(("clip_low", "clip_high"), PRESET_CLIPS[name][:2], strict=True))
     if name in ("ppo_clip", "bypass"):
         kwargs |= {"upd_level": level, "clip_dual": PRESET_CLIPS[name][2]}
+    if name == "minpro":
+        kwargs |= {"clip_dual": PRESET_CLIPS[name][2]}
     loss, _ = POLICY_LOSSES[name](lps["logp"], lps["old_logp"], lps["rollout_logp"], adv, mask, **kwargs)
     return loss
 

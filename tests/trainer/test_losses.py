@@ -243,12 +243,16 @@ def test_registry_nan_on_masked_tokens_never_leaks(name):
 
 FIXED_LEVEL = {"gspo": "geo"}  # entries whose ratio level is not a hyperparameter
 UNCLIPPED = {"quatro"}  # exact trust region, no clip by design (tests/trainer/test_quatro.py)
+UNCLIPPED |= {"vespo"}  # a soft kernel of the sequence ratio instead of a clip (tests/trainer/test_offpolicy_losses.py)
 # the clip bounds a stop-gradient weight (CISPO, IS-REINFORCE: a clipped token keeps its gradient) or acts per
 # token inside a geometric mean (GMPO): tests/trainer/test_cispo.py checks each by hand
 OTHER_CLIP = {"cispo", "is_reinforce", "gmpo"}
 # DPPO bounds the probability difference to μ, not the ratio, and SAPO has a soft gate instead of a clip:
 # tests/trainer/test_trust_region_losses.py works each out by hand
 OTHER_CLIP |= {"dppo_tv", "dppo_kl", "sapo"}
+# MinPRO's prefix weight multiplies the clipped loss, CTPO clips a cumulative ratio in log space within bounds that
+# grow with the position: tests/trainer/test_offpolicy_losses.py works each out by hand
+OTHER_CLIP |= {"minpro", "ctpo"}
 
 
 @pytest.mark.parametrize("name,level", [(n, lv) for n in sorted(POLICY_LOSSES) if n not in UNCLIPPED | OTHER_CLIP

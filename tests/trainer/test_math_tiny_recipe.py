@@ -17,7 +17,7 @@ from agents.env_families import expert_player
 from agents.experts import play_math_expert
 from agents.rollout import RolloutLimits
 from app.cli import main, parse_args
-from app.experiment_run import build_plan, cell_config
+from app.experiments.run import build_plan, cell_config
 from envs.boxed import extract_boxed
 from evaluation.evaluate import evaluation_records
 from trainer.components import build_components

@@ -105,7 +105,7 @@ def test_evaluation_reads_a_run_config_without_its_training_file(tmp_path):
 def test_a_gone_sandbox_service_falls_back_to_in_process_code_with_a_warning(trained_run, tmp_path, capsys):
     import socket
 
-    from sandbox.local_server import serve_in_background
+    from sandbox.deploy.local_server import serve_in_background
     from trainer.config.run_config import run_code_where_the_sandbox_answers
 
     with socket.socket() as s:  # a loopback port nothing listens on: the demo's sandbox after the demo ended

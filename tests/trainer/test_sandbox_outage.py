@@ -14,7 +14,7 @@ import pytest
 from tiny_tir import SMALL
 
 import trainer.loop as loop
-from sandbox.local_server import start_server
+from sandbox.deploy.local_server import start_server
 from trainer.config.train_config import build_config
 from trainer.runtime.checkpoint import latest_checkpoint
 from trainer.runtime.logger import read_metrics

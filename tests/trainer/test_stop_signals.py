@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from app.cli import STOP_TIMEOUT_S, StopGuard
+from app.stop_guard import STOP_TIMEOUT_S, StopGuard
 from trainer.config.errors import ConfigError
 
 

@@ -6,7 +6,12 @@ Part of the config tree of `trainer/config/train_config.py` (which holds `TrainC
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
+
+VCPO_LR_RULES = ("none", "sqrt", "linear")
+"""`algo.vcpo_lr_rule`: how VCPO's ESS ratio scales a step's learning rate (trainer/algorithms/vcpo.py)."""
 
 
 @dataclass
@@ -32,8 +37,10 @@ class AlgoConfig:
     """RLOO baseline: subtract the mean of the other group members."""
     advantage: str = "grpo"
     """Advantage estimator: grpo (the episode's group advantage on every sampled token) | gigpo (plus ω times a
-    step-level advantage over anchor states, per turn: trainer/objective/gigpo.py; multi-turn envs only). Both take the
-    episode level's adv_norm_by_std / adv_leave_one_out."""
+    step-level advantage over anchor states, per turn: trainer/objective/gigpo.py; multi-turn envs only) | opob
+    (VCPO's off-policy optimal baseline: the group's rewards averaged with weights w², w = π_θold/μ of each
+    episode, trainer/algorithms/vcpo.py). All take the episode level's adv_norm_by_std; grpo and gigpo
+    adv_leave_one_out too."""
     gigpo_gamma: float = 0.95
     """GiGPO γ: discount of the step returns R_t = Σ_{k≥t} γ^{k−t} r_k (outcome reward only: γ^{N−1−t}·R)."""
     gigpo_step_weight: float = 1.0
@@ -70,6 +77,33 @@ class AlgoConfig:
     """SAPO τ for A > 0: temperature of the soft gate σ(τ(r − 1))·4/τ (verl / SkyRL / TRL 1.0)."""
     sapo_tau_neg: float = 1.05
     """SAPO τ for A ≤ 0 (verl / SkyRL / TRL 1.05: a negative sample's gate decays a little faster)."""
+    vespo_k_pos: float = 2.0
+    """VESPO (arXiv 2602.10693) shape k of the Gamma kernel φ(W) = W^k·e^{λ(1−W)} for A ≥ 0 (TRL, paper code 2)."""
+    vespo_lambda_pos: float = 3.0
+    """VESPO rate λ for A ≥ 0 (TRL, paper code 3): a larger λ pulls φ down faster once W passes k/λ."""
+    vespo_k_neg: float = 3.0
+    """VESPO shape k for A < 0 (TRL, paper code 3)."""
+    vespo_lambda_neg: float = 2.0
+    """VESPO rate λ for A < 0 (TRL, paper code 2)."""
+    ctpo_clip_low: float = 0.025
+    """CTPO (arXiv 2605.07331) log-space lower clip at the first sampled token: the cumulative log-ratio at
+    position t is kept above −ctpo_clip_low·t^ctpo_power (its code's la_clip_low 0.025)."""
+    ctpo_clip_high: float = 0.05
+    """CTPO log-space upper clip at the first sampled token, scaled by t^ctpo_power (la_clip_high 0.05)."""
+    ctpo_clip_dual: float = 0.05
+    """CTPO log-space dual clip for A < 0: the loss is capped at −A·exp(ctpo_clip_dual·t^ctpo_power) (its code's
+    la_clip_c 0.05)."""
+    ctpo_power: float = 0.5
+    """CTPO position exponent p of the clip bounds' scale t^p: 0.5 follows the √t growth of the cumulative
+    log-ratio's spread; 0 is a uniform log-space clip."""
+    vcpo_lr_rule: str = "none"
+    """VCPO (arXiv 2602.17616) step scaling by the mini-batch's effective sample size ρ = (Σw)²/(N·Σw²) of the
+    sequence weights w = π_θold/μ: none | sqrt (lr·√min(1, ρ/ρ0), the paper's rule for AdamW) | linear
+    (lr·min(1, ρ/ρ0)). Every param group's lr is scaled for the step and restored after it
+    (trainer/algorithms/vcpo.py); logged as actor/ess_ratio, actor/lr_scale and actor/lr."""
+    vcpo_base_ess: float = 1.0
+    """VCPO ρ0 in (0, 1]: the ESS ratio at and above which the step is not scaled (its math scripts 1.0, its
+    multi-turn tool script 0.55)."""
     kl_in_reward: bool = False
     """verl use_kl_in_reward: subtract β·Σ_t KL_t (sampled tokens, at θ_old) from each episode's reward before the
     advantages, instead of the loss term."""
@@ -165,3 +199,28 @@ class PerturbConfig:
     """SPrPO u: relative noise (σ / RMS(h_l)) of the single-layer sensitivity probes."""
     sprpo_probe_rows: int = 16
     """SPrPO: rollout-batch rows used by the probe forwards (L + 2 no-grad forwards per probe)."""
+
+
+OFFPOLICY_RANGES = (
+    # (key under algo, what is allowed, test): VESPO's φ(W) = W^k·e^{λ(1−W)} stays bounded only for k, λ ≥ 0
+    # (trainer/objective/offpolicy_losses.py); CTPO's code refuses bounds ≤ 0; ρ0 divides the ESS ratio, in (0, 1]
+    *((f"vespo_{name}", ">= 0 (the Gamma kernel's shape k / rate λ)", lambda v: v >= 0)
+      for name in ("k_pos", "lambda_pos", "k_neg", "lambda_neg")),
+    *((f"ctpo_clip_{name}", "> 0 (a log-space bound)", lambda v: v > 0) for name in ("low", "high", "dual")),
+    ("ctpo_power", "a finite exponent (0.5: √t; 0: a uniform clip)", math.isfinite),
+    ("vcpo_base_ess", "0 < ρ0 <= 1 (an ESS ratio)", lambda v: 0 < v <= 1),
+)
+
+
+def offpolicy_rules(cfg: Any) -> list[str]:
+    """Violations of the VESPO / CTPO / VCPO keys of `cfg` (a `TrainConfig`), each naming the key; called by
+    trainer/config/validation.py with its other rules (checked even while the method is off, as every key)."""
+    a = cfg.algo
+    out = [f"algo.{key}={getattr(a, key)!r} is out of range; allowed: {allowed}"
+           for key, allowed, ok in OFFPOLICY_RANGES if not ok(getattr(a, key))]
+    if a.vcpo_lr_rule not in VCPO_LR_RULES:
+        out.append(f"algo.vcpo_lr_rule={a.vcpo_lr_rule!r} is not an ESS step rule; valid: {', '.join(VCPO_LR_RULES)}")
+    if a.advantage == "opob" and a.adv_leave_one_out:
+        out.append("algo.advantage='opob' (VCPO's off-policy optimal baseline) has no leave-one-out form: set "
+                   "algo.adv_leave_one_out=false")
+    return out

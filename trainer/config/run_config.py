@@ -18,7 +18,7 @@ import yaml
 
 from evaluation.evaluate import EvalSettings
 from trainer.config.errors import ConfigError
-from trainer.config.train_config import TrainConfig, build_config, to_dict
+from trainer.config.train_config import MOVED_KEYS, TrainConfig, build_config, to_dict
 from trainer.tasks import rollout_limits
 
 RUN_CONFIG_FILE = "alprl_config.yaml"
@@ -45,7 +45,7 @@ def load_run_config(model_dir: str | Path, overrides: list[str] | tuple[str, ...
     if not path.is_file():
         return None
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = moved_keys_in_place(yaml.safe_load(path.read_text()) or {})
         env = data.get("env") or {}
         dropped = DATASET_KEYS if without_datasets else TRAIN_ONLY_KEYS if env.get("eval_dataset") else ()
         for key in dropped:
@@ -55,6 +55,25 @@ def load_run_config(model_dir: str | Path, overrides: list[str] | tuple[str, ...
         one_line = " ".join(str(exc).split())
         raise ConfigError(f"{path}: {one_line} (the run config saved with this model; pass --no-run-config to "
                           "evaluate it with the defaults instead)") from None
+
+
+def moved_keys_in_place(data: dict) -> dict:
+    """A run config written before a key moved (`MOVED_KEYS`: top-level `wandb` is now `logging.wandb`), with each
+    such key where it now lives. The file is alprl's own record of the run, so it reads as it was meant; a recipe or
+    override that a user writes with the old key is refused instead (`build_config`)."""
+    for old, new in MOVED_KEYS.items():
+        *where, leaf = old.split(".")
+        node = data
+        for part in where:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node:
+            value = node.pop(leaf)
+            *section, new_leaf = new.split(".")
+            target = data
+            for part in section:
+                target = target.setdefault(part, {})
+            target.setdefault(new_leaf, value)
+    return data
 
 
 def eval_settings(cfg: TrainConfig) -> EvalSettings:
@@ -88,7 +107,7 @@ def run_eval_on_tasks(checkpoint: str | Path, num_tasks: int) -> dict[str, objec
 def run_code_where_the_sandbox_answers(cfg: TrainConfig) -> str | None:
     """A run's sandbox service may be gone when its checkpoint is evaluated (`alprl demo` starts one for the run
     alone): if `env.sandbox_url` does not answer a ping, code runs in-process instead
-    (`sandbox.executor.LocalExecutor`, the same executor core the service runs), so a gone service does not turn
+    (`sandbox.execution.in_process.LocalExecutor`, the same executor core the service runs), so a gone service does not turn
     every tool call into an error and the success into 0. Changes `cfg.env.sandbox_url` in place; returns the
     warning to show, or None."""
     url = cfg.env.sandbox_url

@@ -28,6 +28,7 @@ import yaml
 from trainer.config.algo_config import AlgoConfig, PerturbConfig
 from trainer.config.dist_config import DistributedConfig
 from trainer.config.errors import ConfigError
+from trainer.config.lora_config import ModelLoraConfig
 from trainer.config.openenv_config import OpenEnvConfig
 from trainer.config.rg_config import ReasoningGymConfig
 from trainer.config.rollout_config import RolloutConfig
@@ -51,6 +52,9 @@ class ModelConfig:
     """Tiny model: MLP width (about 2.7 × hidden_size, as Qwen2)."""
     vocab_size: int = 1024
     """Tiny model: BPE vocabulary size of the tokenizer trained on the SFT corpus."""
+    lora: ModelLoraConfig = field(default_factory=ModelLoraConfig)
+    """LoRA RL: r > 0 trains peft adapters instead of every weight (trainer/config/lora_config.py,
+    trainer/runtime/lora.py)."""
 
 
 @dataclass
@@ -206,6 +210,23 @@ class DiagnosticsConfig:
 
 
 @dataclass
+class LoggingConfig:
+    """Trackers beside the metrics.jsonl and TensorBoard events every run writes (trainer/runtime/logger.py). Their
+    packages are imported only when switched on; a missing one is refused when the run starts, not by validation, so
+    a run config saved with a tracker on still evaluates (`alprl eval`) on a machine without it."""
+
+    wandb: bool = False
+    """Also log every step's metrics to Weights & Biases (needs `pip install -e '.[wandb]'`)."""
+    trackio: bool = False
+    """Also log every step's metrics to Trackio, Hugging Face's local-first tracker (needs
+    `pip install -e '.[trackio]'`; its store is $TRACKIO_DIR, default ~/.cache/huggingface/trackio; `trackio show`
+    opens the dashboard), and every `eval_every` steps and at the last a table `rollout/episodes` of a few episodes
+    of the step's rollout batch: prompt, assistant turns, tool outputs, reward (trainer/diagnostics/episode_table.py)."""
+    project: str = "alprl"
+    """The W&B and Trackio project the run logs to."""
+
+
+@dataclass
 class TrainConfig:
     seed: int = 0
     """Seed of everything (torch, task sampling, sampler)."""
@@ -226,8 +247,6 @@ class TrainConfig:
     """Samples per held-out task; success is averaged over them (avg@k, as the ALP paper's average@32)."""
     eval_greedy: bool = False
     """Greedy decoding for evaluation instead of sampling at the rollout temperature."""
-    wandb: bool = False
-    """Also log to Weights & Biases (needs `pip install wandb`)."""
     torch_threads: int = 0
     """Intra-op CPU threads for torch (0: torch's default). Tiny models on a busy machine run faster with 1."""
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -239,6 +258,7 @@ class TrainConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -293,11 +313,19 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     return value
 
 
+MOVED_KEYS = {"wandb": "logging.wandb"}
+"""Keys that moved to another section: refused with their new name (a silent alias would keep two spellings)."""
+
+
 def _apply(obj: Any, overrides: dict[str, Any], prefix: str = "") -> None:
     hints = typing.get_type_hints(type(obj))
     names = [f.name for f in dataclasses.fields(obj)]
     for name, value in overrides.items():
         key = f"{prefix}{name}"
+        if key in MOVED_KEYS:
+            section, leaf = MOVED_KEYS[key].rsplit(".", 1)
+            raise ConfigError(f"config key '{key}' moved to '{MOVED_KEYS[key]}': pass {MOVED_KEYS[key]}=<value>, or in "
+                              f"a YAML file put '{leaf}:' under '{section}:'")
         if name not in names:
             raise ConfigError(f"unknown config key '{key}'; valid keys{' in ' + repr(prefix[:-1]) if prefix else ''}:"
                               f" {', '.join(names)}")
@@ -385,26 +413,42 @@ def config_layers(config_path: str | Path | dict[str, Any] | None,
 
 
 def build_config(config_path: str | Path | dict[str, Any] | None = None, overrides: list[str] = (), *,
-                 preset_over_recipe: bool = False) -> TrainConfig:
-    """Defaults ← preset ← recipe (the YAML file, or its mapping already read) ← key=value overrides.
+                 layered: list[str] = ()) -> TrainConfig:
+    """The one order every command builds a config in, later wins: defaults ← preset ← recipe (the YAML file, or its
+    mapping already read) ← `layered` ← key=value overrides.
 
     A recipe names its preset (`algorithm: grpo`) and its own keys win over the preset's. `algorithm=` on the command
     line takes the recipe's preset's place, below the recipe's keys (`preset_notes` says where the recipe keeps a
-    value of its own over it); the command line's keys win over both. `preset_over_recipe` puts the preset above
-    the recipe instead, defaults ← recipe ← preset ← overrides: `alprl experiment`'s cells, where a method runs as
-    its preset defines it whatever the recipe sets.
+    value of its own over it); the command line's keys win over all. `layered` (key=value) is what a caller states it
+    sets on top of the recipe: `alprl experiment` layers each cell's method preset there (`preset_overrides`), so a
+    suite compares the methods as their presets define them, and names those keys in the cell; `alprl train` layers
+    nothing.
     """
     preset, recipe, cli, _ = config_layers(config_path, overrides)
     cfg = TrainConfig()
-    for layer in ([recipe, preset] if preset_over_recipe else [preset, recipe]):
+    for layer in (preset, recipe, parse_overrides(list(layered)), cli):
         _apply(cfg, layer)
-    _apply(cfg, cli)
     # imported here: validation loads the registries (torch, gymnasium), which importing the config alone
     # (`alprl --help`, `alprl sandbox`) does not need
     from trainer.config.validation import validate_config
 
     validate_config(cfg)
     return cfg
+
+
+def preset_overrides(name: str) -> list[str]:
+    """Preset `name`'s keys as key=value pairs (its `algo.*` and `perturb.*` values), for a layer that states them."""
+    layer = load_preset(name)
+    layer["algo"].pop("name")
+
+    def text(value: Any) -> str:  # YAML's own spelling, so parse_overrides reads back the same value
+        return yaml.safe_dump(value, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()
+
+    def pairs(node: dict[str, Any], prefix: str) -> list[str]:
+        return [item for k, v in node.items()
+                for item in (pairs(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}={text(v)}"])]
+
+    return pairs(layer, "")
 
 
 def _flat(nested: dict[str, Any], prefix: str = "") -> list[str]:

@@ -56,7 +56,9 @@ from envs.datasets import LAYOUT_NAMES, DatasetError
 from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
 from envs.tir.tasks import DIFFICULTIES
+from trainer.config.algo_config import offpolicy_rules
 from trainer.config.errors import ConfigError
+from trainer.config.lora_config import lora_rules
 from trainer.config.rg_config import reasoning_gym_rules
 from trainer.config.rollout_config import INFRA_FAILURE_POLICIES
 from trainer.config.source_rules import source_rules
@@ -93,7 +95,7 @@ RANGES: tuple[Check, ...] = (
     ("env.max_turns", ">= 1", lambda v: v >= 1),
     ("env.difficulty", f"0 (all) or one of {DIFFICULTIES}", lambda v: v == 0 or v in DIFFICULTIES),
     ("env.run_timeout_s", "> 0", lambda v: v > 0),
-    ("env.sandbox_retry_s", ">= 0 (0: one try)", lambda v: v >= 0),  # sandbox._http.RetryPolicy.budget_s
+    ("env.sandbox_retry_s", ">= 0 (0: one try)", lambda v: v >= 0),  # sandbox.client.retry.RetryPolicy.budget_s
     ("env.sandbox_max_failing_steps", ">= 0 (0: never stop)", lambda v: v >= 0),  # trainer/loop.py
     ("env.expert_epsilon", "a probability in [0, 1]", lambda v: 0 <= v <= 1),
     ("env.expert_wrong_option_p", "a probability in [0, 1]", lambda v: 0 <= v <= 1),
@@ -418,7 +420,8 @@ def validate_config(cfg: Any) -> None:
     """Raise one `ConfigError` listing every violation in `cfg` (see the module docstring); None if valid."""
     problems = [*_choices(cfg), *_ranges(cfg), *_env_rules(cfg), *_dataset_rules(cfg), *_algo_rules(cfg),
                 *_budget_rules(cfg), *_sampler_rules(cfg), *_async_rules(cfg), *_rejection_rules(cfg),
-                *_dapo_rules(cfg), *_perturb_rules(cfg), *_distributed_rules(cfg), *source_rules(cfg)]
+                *_dapo_rules(cfg), *_perturb_rules(cfg), *_distributed_rules(cfg), *source_rules(cfg),
+                *lora_rules(cfg), *offpolicy_rules(cfg)]
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -65,6 +65,11 @@ LOSS_RATIO: dict[str, tuple[str, str | None, float]] = {
     "dppo_tv": ("rollout", "token", LOG_RATIO_CLAMP),
     "dppo_kl": ("rollout", "token", LOG_RATIO_CLAMP),
     "sapo": ("old", "token", LOG_RATIO_CLAMP),
+    "vespo": ("old", "seq", LOG_RATIO_CLAMP),  # W before its folded correction weights (actor/vespo_w_mean: after)
+    # the prefix losses: the token ratio each prefix is built from; the prefix weight's own statistics are the
+    # loss's metrics (actor/minpro_prefix_*, actor/ctpo_cum_ratio_mean)
+    "minpro": ("rollout", "token", LOG_RATIO_CLAMP),
+    "ctpo": ("old", "token", LOG_RATIO_CLAMP),
 }
 
 

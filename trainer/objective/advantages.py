@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import torch
 
-ADVANTAGE_ESTIMATORS = ("grpo", "gigpo")
-"""`algo.advantage`: episode-level group advantages (here) or GiGPO's episode + step levels (trainer/objective/gigpo.py)."""
+ADVANTAGE_ESTIMATORS = ("grpo", "gigpo", "opob")
+"""`algo.advantage`: episode-level group advantages (here) or GiGPO's episode + step levels (trainer/objective/gigpo.py),
+or here with VCPO's off-policy optimal baseline (`log_weights`; the weights: trainer/algorithms/vcpo.py)."""
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, members: torch.Tensor | None = None,
-                     norm_by_std: bool = True, leave_one_out: bool = False,
+                     norm_by_std: bool = True, leave_one_out: bool = False, log_weights: torch.Tensor | None = None,
                      eps: float = 1e-6) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-trajectory advantages A_b from rewards (B,) and group ids (B,) → (B,), metrics.
 
@@ -24,10 +25,17 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, members:
     trainer/objective/infra_failures.py `advantage_members`). Every statistic, the leave-one-out G included, is
     over a group's members only, so a member's advantage is what it would be had the others never been sampled; a
     row outside gets 0, and so does every row of a group with fewer than two members.
+
+    log_weights: (B,) log w of each episode's importance weight π_θold/μ: the group's centre becomes VCPO's
+    off-policy optimal baseline (arXiv 2602.17616) b_g = Σ_i w_i² R_i / Σ_i w_i² over its members, the
+    variance-minimizing baseline of the w-weighted gradient with equal score norms (trainer/algorithms/vcpo.py
+    says why); with w ≡ 1 it is the group mean. Not with `leave_one_out`.
     """
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
         raise ValueError(f"group_advantages: rewards {tuple(rewards.shape)} and group_ids "
                          f"{tuple(group_ids.shape)} must both be (B,)")
+    if log_weights is not None and leave_one_out:
+        raise ValueError("group_advantages: the off-policy optimal baseline (log_weights) has no leave-one-out form")
     if members is None:
         members = torch.ones_like(group_ids, dtype=torch.bool)
     elif members.shape != group_ids.shape or members.dtype != torch.bool:
@@ -45,7 +53,10 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, *, members:
         if idx.numel() < 2:  # no baseline left: the group contributes nothing
             continue
         r = rewards[idx]
-        centred = r - r.mean()
+        if log_weights is None:
+            centred = r - r.mean()
+        else:  # w² normalized in log space: softmax(2 log w) (G′,), stable for any log w
+            centred = r - (torch.softmax(2 * log_weights[idx].double(), 0) * r.double()).sum().float()
         if leave_one_out:
             centred = centred * r.numel() / (r.numel() - 1)
         if norm_by_std:

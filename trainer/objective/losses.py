@@ -5,8 +5,11 @@ Every entry has the signature
     fn(logp, old_logp, rollout_logp, advantages, mask, *, weights=None, **hyperparameters)
         -> (per_token_loss (B, T), metrics: dict[str, float])
 
-and returns the *unaggregated* loss (already multiplied by detached correction weights); `aggregate`
-reduces it. `POLICY_LOSSES` at the bottom is the only way to pick one.
+and returns the *unaggregated* loss (already multiplied by detached correction weights, which VESPO folds into its
+sequence ratio instead); `aggregate` reduces it. `POLICY_LOSSES` at the bottom is the only way to pick one. Its
+entries are defined here, but VESPO's sequence kernel and the prefix-ratio losses (MinPRO, CTPO), which live in
+trainer/objective/offpolicy_losses.py; both modules are built from trainer/objective/loss_terms.py (the ±20 bound,
+masked arithmetic, PPO's dual clip).
 
 Keyword hyperparameters carry the names of `AlgoConfig` fields (`trainer/update.py` loss_kwargs fills them by
 name) and state no default: the config, filled by a preset of configs/algorithms/, is their one source. Rollout-mismatch corrections (TIS / MIS, reference §3.2) are not separate losses: they are the
@@ -32,15 +35,18 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-LOG_RATIO_CLAMP = 20.0  # e^20 ≈ 4.9e8: the ±20 safety bound used by verl before exp
+from trainer.objective.loss_terms import (
+    LOG_RATIO_CLAMP,
+    apply_weights,
+    dual_clip_surrogate,
+    masked_fill_zero,
+    masked_mean,
+)
+from trainer.objective.offpolicy_losses import ctpo, minpro, vespo
+
 GSPO_LOG_RATIO_MAX = 10.0  # verl compute_policy_loss_gspo bounds log s from above at 10
 RATIO_LEVELS = ("token", "seq", "geo")
 KL_KINDS = ("k1", "kl", "k2", "mse", "k3", "low_var_kl", "k3_is")
-
-
-def masked_fill_zero(x: Tensor, mask: Tensor) -> Tensor:
-    """x where m = 1, exactly 0 elsewhere (also when x is NaN/inf there, unlike x·m)."""
-    return torch.where(mask > 0, x, torch.zeros_like(x))
 
 
 def level_log_ratio(delta: Tensor, mask: Tensor, level: str) -> Tensor:
@@ -59,11 +65,6 @@ def level_log_ratio(delta: Tensor, mask: Tensor, level: str) -> Tensor:
     elif level != "seq":
         raise ValueError(f"unknown ratio level {level!r}; valid: {', '.join(RATIO_LEVELS)}")
     return masked_fill_zero(total.detach() + delta - delta.detach(), mask)  # (B, T)
-
-
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """verl's masked mean Σ m·x / (Σ m + 1e-8)."""
-    return (x * mask).sum() / (mask.sum() + 1e-8)
 
 
 def aggregate(per_token: Tensor, mask: Tensor, mode: str, *, n_tokens: float | None = None,
@@ -102,47 +103,6 @@ def aggregate(per_token: Tensor, mask: Tensor, mode: str, *, n_tokens: float | N
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
-def dual_clip_surrogate(log_ratio: Tensor, advantages: Tensor, mask: Tensor, *, clip_low: float,
-                        clip_high: float, clip_dual: float | None) -> tuple[Tensor, dict[str, float]]:
-    """PPO dual-clip surrogate for any ratio with grad (arXiv 1912.09729; verl compute_policy_loss_vanilla).
-
-    log_ratio, advantages, mask: (B, T). Returns per-token loss (B, T) and clip metrics.
-    """
-    if clip_dual is not None and clip_dual <= 1.0:
-        raise ValueError(f"clip_dual (dual-clip constant c) must be > 1, got {clip_dual}")
-    log_ratio = masked_fill_zero(log_ratio, mask).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio) * mask  # (B, T); r = 0 where m = 0
-    loss1 = -advantages * ratio
-    loss2 = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    clipped = torch.maximum(loss1, loss2)  # (B, T)
-    if clip_dual is not None:
-        loss3 = -advantages * clip_dual
-        per_token = torch.where(advantages < 0, torch.minimum(clipped, loss3), clipped)
-    else:
-        per_token = clipped
-    with torch.no_grad():
-        m = mask.to(ratio.dtype)
-        high = ((advantages > 0) & (ratio > 1 + clip_high)).to(m.dtype)  # (B, T)
-        low = ((advantages < 0) & (ratio < 1 - clip_low)).to(m.dtype)
-        dual = ((advantages < 0) & (ratio > clip_dual)).to(m.dtype) if clip_dual is not None else 0 * m
-        outside = ((ratio < 1 - clip_low) | (ratio > 1 + clip_high)).to(m.dtype)
-        metrics = {
-            "clip_high": masked_mean(high, m).item(),
-            "clip_low": masked_mean(low, m).item(),
-            "clip_dual": masked_mean(dual, m).item(),
-            "pg_clipfrac": masked_mean(high + low, m).item(),  # verl: 1[L2 > L1]
-            "pg_clipfrac_lower": masked_mean(dual, m).item(),  # verl's name for the dual-clip fraction
-            "out_of_band": masked_mean(outside, m).item(),
-            "ppo_kl": masked_mean(-log_ratio, m).item(),
-            "ratio_mean": masked_mean(ratio, m).item(),
-        }
-    return masked_fill_zero(per_token, mask), metrics
-
-
-def _apply_weights(per_token: Tensor, weights: Tensor | None) -> Tensor:
-    return per_token if weights is None else per_token * weights.detach()
-
-
 def ppo_clip(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
              weights: Tensor | None = None, clip_low: float, clip_high: float, clip_dual: float | None,
              upd_level: str) -> tuple[Tensor, dict[str, float]]:
@@ -155,7 +115,7 @@ def ppo_clip(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: T
     log_ratio = level_log_ratio(logp - old_logp, mask, upd_level)  # (B, T)
     per_token, metrics = dual_clip_surrogate(log_ratio, advantages, mask, clip_low=clip_low,
                                              clip_high=clip_high, clip_dual=clip_dual)
-    return _apply_weights(per_token, weights), metrics
+    return apply_weights(per_token, weights), metrics
 
 
 def bypass(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
@@ -170,7 +130,7 @@ def bypass(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Ten
     log_ratio = level_log_ratio(logp - rollout_logp, mask, upd_level)  # (B, T)
     per_token, metrics = dual_clip_surrogate(log_ratio, advantages, mask, clip_low=clip_low,
                                              clip_high=clip_high, clip_dual=clip_dual)
-    return _apply_weights(per_token, weights), metrics
+    return apply_weights(per_token, weights), metrics
 
 
 def gspo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
@@ -184,7 +144,7 @@ def gspo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tenso
     log_ratio = level_log_ratio(logp - old_logp, mask, "geo").clamp(max=GSPO_LOG_RATIO_MAX)  # (B, T)
     per_token, metrics = dual_clip_surrogate(log_ratio, advantages, mask, clip_low=clip_low,
                                              clip_high=clip_high, clip_dual=None)
-    return _apply_weights(per_token, weights), metrics
+    return apply_weights(per_token, weights), metrics
 
 
 def cispo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
@@ -206,7 +166,7 @@ def cispo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tens
         metrics = {"clip_high": masked_mean(high, m).item(), "clip_low": masked_mean(low, m).item(),
                    "pg_clipfrac": masked_mean(high + low, m).item(), "out_of_band": masked_mean(high + low, m).item(),
                    "ppo_kl": masked_mean(-log_ratio, m).item(), "ratio_mean": masked_mean(ratio, m).item()}
-    return _apply_weights(per_token, weights), metrics
+    return apply_weights(per_token, weights), metrics
 
 
 def is_reinforce(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
@@ -243,7 +203,7 @@ def gmpo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tenso
                    "out_of_band": masked_mean(out, m).item(), "ppo_kl": masked_mean(-log_ratio, m).item(),
                    "ratio_mean": torch.exp((log_ratio * m).sum(-1) / n[:, 0])[rows].mean().item()
                    if rows.any() else 1.0}
-    return _apply_weights(per_token, weights), metrics
+    return apply_weights(per_token, weights), metrics
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, *, kind: str, old_logp: Tensor | None = None) -> Tensor:
@@ -311,7 +271,7 @@ def quatro(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Ten
             "ppo_kl": masked_mean(-log_ratio, m).item(),
             "ratio_mean": masked_mean(ratio, m).item(),
         }
-    return _apply_weights(masked_fill_zero(per_token, mask), weights), metrics
+    return apply_weights(masked_fill_zero(per_token, mask), weights), metrics
 
 
 def _binary_kl(p_anchor: Tensor, p: Tensor) -> Tensor:
@@ -356,7 +316,7 @@ def _dppo(logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, 
                    "dppo_masked_high": masked_mean(out * (advantages > 0), m).item(),
                    "dppo_masked_low": masked_mean(out * (advantages <= 0), m).item(),
                    "ppo_kl": masked_mean(-log_ratio, m).item(), "ratio_mean": masked_mean(ratio, m).item()}
-    return _apply_weights(per_token, weights), metrics
+    return apply_weights(per_token, weights), metrics
 
 
 def dppo_tv(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tensor, mask: Tensor, *,
@@ -390,7 +350,7 @@ def sapo(logp: Tensor, old_logp: Tensor, rollout_logp: Tensor, advantages: Tenso
         m = mask.to(ratio.dtype)
         metrics = {"sapo_gate_mean": masked_mean(gate, m).item(), "pg_clipfrac": 0.0,
                    "ppo_kl": masked_mean(-log_ratio, m).item(), "ratio_mean": masked_mean(ratio, m).item()}
-    return _apply_weights(per_token, weights), metrics
+    return apply_weights(per_token, weights), metrics
 
 
 POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
@@ -404,6 +364,9 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
     "dppo_tv": dppo_tv,
     "dppo_kl": dppo_kl,
     "sapo": sapo,
+    "vespo": vespo,  # the 2026 off-policy losses: trainer/objective/offpolicy_losses.py
+    "minpro": minpro,
+    "ctpo": ctpo,
 }
 
 # Aggregation a loss is only correct with (the objective refuses any other `loss_agg`).

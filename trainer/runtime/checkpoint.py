@@ -9,6 +9,11 @@ written last (under a temporary name, then renamed), so an interrupted save neve
 A save that does not fit on its disk raises DiskFullError naming the directory, the free space and the
 bytes needed; its partial files are removed and `latest` still names the previous checkpoint.
 
+A LoRA policy (`model.lora.r` > 0, trainer/runtime/lora.py) is saved as its adapters alone, in peft's layout
+(`adapter_config.json`, `adapter_model.safetensors`: `PeftModel.from_pretrained(<start model>, dir)` loads them)
+beside the tokenizer, config and trainer state (the optimizer's state is the adapters'); with
+`model.lora.export_merged` the merged model is a Hugging Face directory in `<checkpoint>/merged/` as well.
+
 Under FSDP (trainer/runtime/distributed.py) every rank also writes its shards of the model and optimizer with
 `torch.distributed.checkpoint` (trainer/runtime/checkpoint_sharded.py) and its RNG states; rank 0 writes the rest
 (the Hugging Face export from the gathered weights, the config, `trainer_state.pt` without the optimizer).
@@ -28,14 +33,15 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agents.models import save_pretrained
 from trainer.config.errors import ConfigError
 from trainer.config.run_config import write_run_config
 from trainer.config.train_config import TrainConfig
 from trainer.runtime.distributed import SINGLE, DistContext
+from trainer.runtime.lora import adapter_state, is_lora, merged_named_parameters, write_adapter
 from trainer.runtime.run_meta import write_run_meta
 
 STATE_FILE = "trainer_state.pt"
+MERGED_DIR = "merged"  # a LoRA checkpoint's merged export (model.lora.export_merged)
 FULL_BYTES = 2**20  # a write fails on a full disk with at most a few blocks left free
 
 
@@ -78,9 +84,11 @@ def save_checkpoint(run_dir: str | Path, step: int, model: PreTrainedModel, toke
         (root / "latest.tmp").unlink(missing_ok=True)
 
     shutil.rmtree(tmp, ignore_errors=True)
-    needed = tensor_bytes([model.state_dict(), optimizer.state_dict()])
+    state = adapter_state(model) if is_lora(model) else None  # a LoRA policy's checkpoint: its adapters
+    merged = merged_export(model, run_config)
+    needed = tensor_bytes([state if state is not None else model.state_dict(), optimizer.state_dict(), merged])
     with disk_full_as_error(root, f"checkpoint {final}", needed, kept, remove_partial):
-        save_pretrained(model, tokenizer, tmp)
+        write_policy(tmp, model, tokenizer, state, merged, run_config)
         if run_config is not None:
             write_run_config(tmp, run_config)
         if run_meta is not None:
@@ -107,9 +115,13 @@ def _save_sharded(run_dir: str | Path, step: int, model: PreTrainedModel, tokeni
 
     root = checkpoint_dir(run_dir)
     final, tmp = root / f"step_{step}", root / f".tmp_step_{step}"
-    full = full_model_state(model)  # collective: every rank gathers, rank 0 writes the export
-    named = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
-    full = {k: v for k, v in full.items() if k in named}  # tied weights once (the LM head tied to the embeddings)
+    if is_lora(model):  # collective: every rank gathers, rank 0 writes the export (a LoRA policy: its adapters)
+        full = adapter_state(model)
+    else:
+        full = full_model_state(model)
+        named = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+        full = {k: v for k, v in full.items() if k in named}  # tied weights once (the LM head tied to the embeddings)
+    merged = merged_export(model, run_config)  # collective
     if ctx.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -120,10 +132,9 @@ def _save_sharded(run_dir: str | Path, step: int, model: PreTrainedModel, tokeni
         previous = latest_checkpoint(run_dir)
         kept = (f"the previous checkpoint {previous} is kept and --resume continues from it" if previous else
                 "there is no earlier checkpoint to resume from")
-        with disk_full_as_error(root, f"checkpoint {final}", tensor_bytes(full), kept,
+        with disk_full_as_error(root, f"checkpoint {final}", tensor_bytes([full, merged]), kept,
                                 lambda: shutil.rmtree(tmp, ignore_errors=True)):
-            model.save_pretrained(tmp, state_dict=full)
-            tokenizer.save_pretrained(tmp)
+            write_policy(tmp, model, tokenizer, full, merged, run_config)
             if run_config is not None:
                 write_run_config(tmp, run_config)
             if run_meta is not None:
@@ -139,6 +150,33 @@ def _save_sharded(run_dir: str | Path, step: int, model: PreTrainedModel, tokeni
             shutil.rmtree(old, ignore_errors=True)
     ctx.barrier()
     return final
+
+
+def merged_export(model: torch.nn.Module, run_config: TrainConfig | None) -> dict[str, torch.Tensor] | None:
+    """A LoRA policy's merged weights on the CPU when `model.lora.export_merged` asks for them (collective under
+    FSDP); None otherwise."""
+    if not (is_lora(model) and run_config is not None and run_config.model.lora.export_merged):
+        return None
+    return {name: t.detach().to("cpu", copy=True) for name, t in merged_named_parameters(model)}
+
+
+def write_policy(directory: Path, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                 state: dict[str, torch.Tensor] | None, merged: dict[str, torch.Tensor] | None,
+                 run_config: TrainConfig | None) -> None:
+    """The policy's loadable files in `directory`: a Hugging Face model, or a LoRA policy's adapters (peft's
+    layout) and its `merged` export in `merged/`; the tokenizer beside them. `state`: the weights to write (FSDP's
+    gathered state dict, a LoRA policy's adapters), None: the model's own."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if is_lora(model):
+        write_adapter(model, directory, state)
+    else:
+        model.save_pretrained(directory, **({"state_dict": state} if state is not None else {}))
+    tokenizer.save_pretrained(directory)
+    if merged is not None:  # the start model's class and config with the merged weights, run config beside them
+        model.get_base_model().save_pretrained(directory / MERGED_DIR, state_dict=merged)
+        tokenizer.save_pretrained(directory / MERGED_DIR)
+        if run_config is not None:
+            write_run_config(directory / MERGED_DIR, run_config)
 
 
 def tensor_bytes(obj: Any) -> int:

@@ -26,6 +26,9 @@ from trainer.config.errors import ConfigError
 from trainer.runtime.distributed import DistContext
 
 SHARDS_DIR = "dcp"
+SHARD_OPTIONS = StateDictOptions(ignore_frozen_params=True)
+"""The trained state only: a LoRA policy's frozen start weights are the start model's, never saved (with every
+parameter trained, as in full fine-tuning, this is the whole model)."""
 
 
 def rng_file(rank: int) -> str:
@@ -40,7 +43,7 @@ def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
 def save_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer, ctx: DistContext,
                 rng: dict[str, Any]) -> None:
     """Every rank writes its model and optimizer shards into `directory/dcp` and its RNG states."""
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=SHARD_OPTIONS)
     dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(directory / SHARDS_DIR))
     torch.save(rng, directory / rng_file(ctx.rank))
 
@@ -56,8 +59,14 @@ def load_shards(directory: Path, model: nn.Module, optimizer: torch.optim.Optimi
         raise ConfigError(f"--resume: {directory} was saved by {saved} rank(s); this run has {ctx.world_size}. "
                          f"Resume with `torchrun --nproc-per-node {saved}`, or start a new run from its Hugging "
                          f"Face weights (model.path={directory})")
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=SHARD_OPTIONS)
     state = {"model": model_state, "optimizer": optim_state}
     dcp.load(state, checkpoint_id=str(directory / SHARDS_DIR))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    loaded = set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+                            options=StateDictOptions(ignore_frozen_params=True, strict=False))
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}  # not saved: see SHARD_OPTIONS
+    missing = [key for key in loaded.missing_keys if key not in frozen]
+    if missing or loaded.unexpected_keys:  # strict, but for the frozen weights
+        raise RuntimeError(f"--resume: {directory / SHARDS_DIR} does not fit this model: missing {missing[:3]}, "
+                           f"unexpected {loaded.unexpected_keys[:3]}")
     return torch.load(rng_path, weights_only=False)

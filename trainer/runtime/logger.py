@@ -1,7 +1,21 @@
-"""Metric sinks: JSONL (always), TensorBoard (always), Weights & Biases (optional)."""
+"""Metric sinks: JSONL (always), TensorBoard (always), Weights & Biases and Trackio (optional, the `logging` section).
+
+Every sink gets the same metrics each step, unchanged (a non-finite value goes to W&B and Trackio as they store it,
+where metrics.jsonl writes null and TensorBoard skips it), so they agree step for step. Trackio also gets a table of a
+few episodes (trainer/diagnostics/episode_table.py) on the steps the loop asks (`MetricLogger.log_episodes`). The
+optional packages are imported only when switched on; `require_logger_packages` refuses a missing one before the
+run starts.
+
+Trackio (Hugging Face's local-first tracker) keeps a project's runs in one SQLite file under $TRACKIO_DIR (default
+~/.cache/huggingface/trackio; its own TRACKIO_SPACE_ID / TRACKIO_SERVER_URL apply as usual). Departures from a plain
+`trackio.init`: its CPU/GPU system-metric threads are off (the run's `perf/*` metrics give time and peak memory); a
+resumed run (`--resume`) is a new Trackio run from the checkpoint's step + 1, as it is a new W&B run, since neither
+can drop the steps after the checkpoint the way metrics.jsonl does.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
@@ -10,19 +24,24 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from agents.trajectory import Trajectory
+from trainer.config.errors import ConfigError
+from trainer.diagnostics.episode_table import EPISODE_COLUMNS, episode_table
 from trainer.runtime.checkpoint import DiskFullError, is_disk_full, latest_checkpoint
 
 log = logging.getLogger(__name__)
 
 
 class MetricLogger:
-    """Writes one JSON object per step to `<run>/metrics.jsonl` and scalars to TensorBoard.
+    """Writes one JSON object per step to `<run>/metrics.jsonl` and scalars to TensorBoard, and with `use_wandb` /
+    `use_trackio` the same metrics to W&B / Trackio under `project` (with the run's `config`).
 
     On resume from step k, records after k are dropped first so the file stays one line per step.
     """
 
     def __init__(self, run_dir: str | Path, *, resume_step: int | None = None, use_wandb: bool = False,
-                 config: dict[str, Any] | None = None):
+                 use_trackio: bool = False, project: str = "alprl", config: dict[str, Any] | None = None):
+        require_logger_packages(wandb=use_wandb, trackio=use_trackio)  # before any file is touched
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
@@ -36,12 +55,12 @@ class MetricLogger:
         _quiet_tensorboard_disk_full()
         self.wandb = None
         if use_wandb:
-            try:
-                import wandb
-            except ImportError as exc:
-                raise RuntimeError("wandb=true but wandb is not installed; run `pip install wandb` or set "
-                                   "wandb=false") from exc
-            self.wandb = wandb.init(project="alprl", dir=str(self.run_dir), config=config or {})
+            import wandb
+
+            self.wandb = wandb.init(project=project, dir=str(self.run_dir), config=config or {})
+        self.trackio = None
+        if use_trackio:
+            self.trackio = TrackioSink(project, config or {})
 
     def drop_after(self, step: int) -> None:
         """Forget the JSONL records of steps after `step` (a resumed run logs them again)."""
@@ -66,6 +85,14 @@ class MetricLogger:
             raise self._disk_full(step) from exc
         if self.wandb is not None:
             self.wandb.log(metrics, step=step)
+        if self.trackio is not None:
+            self.trackio.log(step, metrics)
+
+    def log_episodes(self, step: int, trajectories: list[Trajectory], tokenizer: Any) -> None:
+        """Trackio's table of a few of the step's episodes, decoded with the run's `tokenizer`; nothing without
+        Trackio."""
+        if self.trackio is not None:
+            self.trackio.log_episodes(step, trajectories, tokenizer)
 
     def _cut_to_whole_lines(self) -> None:
         """Drop a partly written last record (a full disk can cut a write), so the file stays one JSON per line."""
@@ -93,6 +120,48 @@ class MetricLogger:
             log.warning("TensorBoard events in %s are cut short: the disk is full", self.run_dir / "tensorboard")
         if self.wandb is not None:
             self.wandb.finish()
+        if self.trackio is not None:
+            self.trackio.close()
+
+
+def require_logger_packages(**enabled: bool) -> None:
+    """Raise a one-line `ConfigError` for a switched-on optional logger (`wandb=True`, `trackio=True`: the package,
+    the pyproject extra and the `logging.<name>` key share the name) that is not installed, naming the install and
+    the key that turns it off. Called before the run starts (trainer/loop.py `train`) and by `MetricLogger`."""
+    for name, on in enabled.items():
+        if on and importlib.util.find_spec(name) is None:
+            raise ConfigError(f"logging.{name}=true but {name} is not installed: pip install -e '.[{name}]' (or "
+                              f"pip install {name}), or set logging.{name}=false")
+
+
+class TrackioSink:
+    """One Trackio run of `project` with the run's `config` (imports trackio: built only with `logging.trackio`)."""
+
+    TABLE_KEY = "rollout/episodes"
+
+    def __init__(self, project: str, config: dict[str, Any]):
+        import trackio
+
+        self._trackio = trackio
+        self.run = trackio.init(project=project, config=config, embed=False, auto_log_cpu=False,
+                                auto_log_gpu=False)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def log_episodes(self, step: int, trajectories: list[Trajectory], tokenizer: Any) -> None:
+        """`TABLE_KEY` at `step`: a `trackio.Table` of `episode_table` (nothing for an empty batch)."""
+        if trajectories:
+            table = self._trackio.Table(columns=EPISODE_COLUMNS, data=episode_table(trajectories, tokenizer))
+            self.run.log({self.TABLE_KEY: table}, step=step)
+
+    def close(self) -> None:
+        """Flush and finish the run, through `trackio.finish` where the run is trackio's current one (started on this
+        thread), so that trackio's exit hook does not finish it a second time."""
+        try:
+            self._trackio.finish()
+        except RuntimeError:  # closed on another thread, which does not see trackio's current run
+            self.run.finish()
 
 
 def _quiet_tensorboard_disk_full() -> None:

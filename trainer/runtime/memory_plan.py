@@ -10,7 +10,10 @@ nothing is loaded. Two phases peak differently and both are reported:
 - rollout peak: the persistent training state (gradients are freed by `zero_grad(set_to_none=True)` in
   trainer/update.py) plus the sampler awake (vLLM takes rollout.gpu_memory_utilization × device memory).
 
-The check uses the larger. Every row is an estimate with its formula and source in a comment; what is left out
+The check uses the larger. With LoRA (`model.lora.r` > 0, trainer/runtime/lora.py) the plan is the LoRA run's, and
+`format_plan` prints the full fine-tuning plan of the same recipe beside it: the start weights stay (frozen, fp32),
+while gradients and AdamW moments shrink to the adapters' and the reference model goes (it is the policy with its
+adapters off). Every row is an estimate with its formula and source in a comment; what is left out
 (allocator fragmentation, the RMSNorm fp32 upcasts, transient copies inside kernels) is why a plan that fits by a
 hair may still not. `format_plan` renders the table; `refusal(plan)` is the one-line error of a plan that does not fit.
 
@@ -59,6 +62,9 @@ class MemoryPlan:
     checkpointing: bool
     rows: list[Row] = field(default_factory=list)
     device_bytes: int | None = None
+    lora_rank: int = 0  # model.lora.r (0: full fine-tuning)
+    adapter_params: int = 0  # the LoRA adapters' parameters (A and B of every targeted layer)
+    full: MemoryPlan | None = None  # a LoRA plan's full fine-tuning counterpart, printed beside it
 
     @property
     def update_peak(self) -> int:
@@ -103,27 +109,37 @@ def _seq_tokens(cfg: Any) -> int:
     return prompt + r.max_response_tokens
 
 
-def _state_rows(s: ModelShape, cfg: Any, shard: int, fsdp: bool, e: int) -> list[Row]:
-    """Weights, gradients, optimizer state, FSDP's gathered copy, the reference model."""
+def _state_rows(s: ModelShape, cfg: Any, shard: int, fsdp: bool, e: int, rank: int = 0) -> list[Row]:
+    """Weights, gradients, optimizer state, FSDP's gathered copy, the reference model; `rank` > 0: LoRA's."""
     p = s.params()
     per = (f"/ {shard} (FSDP shards)" if shard > 1 else "(FSDP, one shard)") if fsdp else "(whole: no FSDP)"
-    rows = [Row("master parameters fp32", p * 4 // shard, p * 4 // shard, f"P × 4 B {per}"),
-            Row("gradients fp32", p * 4 // shard, 0, f"P × 4 B {per}; freed before rollout (set_to_none)"),
-            Row("AdamW moments fp32", p * 8 // shard, p * 8 // shard, f"2 × P × 4 B {per} (exp_avg, exp_avg_sq)")]
+    a_layer = s.lora_layer_params(rank, cfg.model.lora.target_modules) if rank else 0
+    a = s.layers * a_layer  # the adapters' parameters: what trains under LoRA
+    trained, what = (a, "A") if rank else (p, "P")  # A: adapter parameters
+    rows = [Row("master parameters fp32", (p + a) * 4 // shard, (p + a) * 4 // shard,
+                f"(P + A) × 4 B {per}, the start weights frozen" if rank else f"P × 4 B {per}"),
+            Row("gradients fp32", trained * 4 // shard, 0, f"{what} × 4 B {per}; freed before rollout (set_to_none)"),
+            Row("AdamW moments fp32", trained * 8 // shard, trained * 8 // shard,
+                f"2 × {what} × 4 B {per} (exp_avg, exp_avg_sq)")]
     if fsdp:  # FSDP2 keeps the root (embeddings, norm, head) unsharded through forward+backward and all-gathers
         # each decoder layer as it runs, prefetching the next: about two layers at a time, plus their unsharded
-        # fp32 gradients before the reduce-scatter
-        unsharded = s.root_params() + 2 * s.layer_params()
-        rows.append(Row("FSDP all-gathered copy", unsharded * (e + 4), 0,
-                        f"(embed/head + 2 layers) × ({e} B params + 4 B grads)"))
-    if cfg.algo.kl_coef > 0:  # trainer/reference.py: the frozen starting policy of the KL term
+        # fp32 gradients before the reduce-scatter (under LoRA the adapters' only)
+        unsharded = s.root_params() + 2 * (s.layer_params() + a_layer)
+        grads = 2 * a_layer if rank else unsharded
+        note = (f"(embed/head + 2 layers) × {e} B params + their adapters × 4 B grads" if rank else
+                f"(embed/head + 2 layers) × ({e} B params + 4 B grads)")
+        rows.append(Row("FSDP all-gathered copy", unsharded * e + grads * 4, 0, note))
+    if cfg.algo.kl_coef > 0 and rank:  # trainer/runtime/lora.py AdaptersOff: the policy with its adapters off
+        rows.append(Row("reference model", 0, 0, "the policy with its adapters off: no copy"))
+    elif cfg.algo.kl_coef > 0:  # trainer/reference.py: the frozen starting policy of the KL term
         dtype = cfg.distributed.mixed_precision if e == 2 else "fp32"
         rows.append(Row(f"reference model {dtype}", p * e // shard, p * e // shard, f"P × {e} B {per}"))
     return rows
 
 
-def _batch_rows(s: ModelShape, cfg: Any, e: int, checkpointing: bool) -> list[Row]:
-    """One micro-batch's activations and logits (activations are not sharded: each rank runs its own)."""
+def _batch_rows(s: ModelShape, cfg: Any, e: int, checkpointing: bool, rank: int = 0) -> list[Row]:
+    """One micro-batch's activations and logits (activations are not sharded: each rank runs its own); under LoRA
+    each adapted layer also keeps its r-wide A·x."""
     b, seq, r_tokens = cfg.optim.micro_batch_size, _seq_tokens(cfg), cfg.rollout.max_response_tokens
     tokens = b * seq
     layer = tokens * _activation_elems(s) * e  # one layer's saved activations (see _activation_elems)
@@ -134,8 +150,14 @@ def _batch_rows(s: ModelShape, cfg: Any, e: int, checkpointing: bool) -> list[Ro
     # trainer/objective/logprobs.py: the model's logits over every position (compute dtype, freed after the gather), then the
     # response positions' fp32 logits / temperature and their log-softmax, both kept for backward
     logits = tokens * s.vocab * e + 2 * b * r_tokens * s.vocab * 4
-    return [Row("activations (micro-batch)", act, 0, note),
+    rows = [Row("activations (micro-batch)", act, 0, note),
             Row("logits (micro-batch)", logits, 0, f"{tokens} tok × V × {e} B + 2 × {b * r_tokens} resp tok × V × 4 B")]
+    if rank:
+        n = len(set(cfg.model.lora.target_modules) & set(s.linear_dims()))
+        layers = 1 if checkpointing else s.layers
+        rows.append(Row("adapter activations", tokens * rank * n * e * layers, 0,
+                        f"{tokens} tok × r × {n} adapted layers × {e} B × {'one layer' if checkpointing else 'L'}"))
+    return rows
 
 
 def _sampler_row(s: ModelShape, cfg: Any, device: int | None) -> Row:
@@ -156,8 +178,9 @@ def _sampler_row(s: ModelShape, cfg: Any, device: int | None) -> Row:
     return Row("sampler (vLLM)", asleep, awake, how)
 
 
-def plan_memory(cfg: Any) -> MemoryPlan:
-    """Per-GPU memory of `cfg`'s run at its configured world size; raises `ConfigError` when the shape is unknown."""
+def plan_memory(cfg: Any, lora: bool = True) -> MemoryPlan:
+    """Per-GPU memory of `cfg`'s run at its configured world size; raises `ConfigError` when the shape is unknown.
+    With `model.lora.r` > 0 the LoRA run's, its full fine-tuning counterpart in `.full` (`lora=False`: that one)."""
     d, s = cfg.distributed, model_shape(cfg)
     world = d.world_size or 1
     # trainer/config/dist_config.py's fsdp modes; bf16 and fp16 need FSDP2's MixedPrecisionPolicy (validation refuses them
@@ -167,13 +190,16 @@ def plan_memory(cfg: Any) -> MemoryPlan:
     shard = world if fsdp else 1
     e = 2 if half else 4  # bytes per element of the forward/backward compute
     device = int(d.device_memory_gib * GIB) if d.device_memory_gib > 0 else None
-    rows = [*_state_rows(s, cfg, shard, fsdp, e), *_batch_rows(s, cfg, e, d.activation_checkpointing),
+    rank = cfg.model.lora.r if lora else 0
+    rows = [*_state_rows(s, cfg, shard, fsdp, e, rank), *_batch_rows(s, cfg, e, d.activation_checkpointing, rank),
             _sampler_row(s, cfg, device)]
     if device is not None:
         rows.append(Row("CUDA context, NCCL", int(RUNTIME_GIB * GIB), int(RUNTIME_GIB * GIB), "assumed"))
     return MemoryPlan(model=s.name, params=s.params(), world=world, precision=d.mixed_precision if half else "fp32",
                       fsdp=fsdp, micro_batch=cfg.optim.micro_batch_size, seq_tokens=_seq_tokens(cfg),
-                      checkpointing=d.activation_checkpointing, rows=rows, device_bytes=device)
+                      checkpointing=d.activation_checkpointing, rows=rows, device_bytes=device, lora_rank=rank,
+                      adapter_params=s.layers * s.lora_layer_params(rank, cfg.model.lora.target_modules),
+                      full=plan_memory(cfg, lora=False) if rank else None)
 
 
 def _gib(n: int) -> str:
@@ -181,7 +207,10 @@ def _gib(n: int) -> str:
 
 
 def format_plan(plan: MemoryPlan) -> str:
-    """An aligned table in GiB per GPU: a header, one line per row, the two peaks, and whether it fits."""
+    """An aligned table in GiB per GPU: a header, one line per row, the two peaks, and whether it fits (a LoRA
+    plan: beside its full fine-tuning counterpart, `_format_beside`)."""
+    if plan.full is not None:
+        return _format_beside(plan.full, plan)
     head = (f"memory plan per GPU: {plan.model} ({plan.params / 1e9:.2f} B parameters), world {plan.world}, "
             f"FSDP {'on' if plan.fsdp else 'off'}, {plan.precision} compute, micro-batch {plan.micro_batch} × "
             f"{plan.seq_tokens} tokens, activation checkpointing {'on' if plan.checkpointing else 'off'}")
@@ -194,6 +223,35 @@ def format_plan(plan: MemoryPlan) -> str:
     else:
         verdict = "fits" if plan.fits else "does not fit"
         lines.append(f"{_gib(plan.total)} GiB per GPU {verdict} in {_gib(plan.device_bytes)} GiB")
+    return "\n".join(lines)
+
+
+def _verdict(plan: MemoryPlan) -> str:
+    if plan.fits is None:
+        return f"{_gib(plan.total)} GiB per GPU: not checked (distributed.device_memory_gib=0)"
+    return f"{_gib(plan.total)} GiB per GPU {'fits' if plan.fits else 'does not fit'} in {_gib(plan.device_bytes)} GiB"
+
+
+def _format_beside(full: MemoryPlan, lora: MemoryPlan) -> str:
+    """Full fine-tuning and LoRA side by side, row by row (a row one of them lacks reads 0), the LoRA rows' notes."""
+    head = (f"memory plan per GPU: {lora.model} ({lora.params / 1e9:.2f} B parameters), world {lora.world}, "
+            f"FSDP {'on' if lora.fsdp else 'off'}, {lora.precision} compute, micro-batch {lora.micro_batch} × "
+            f"{lora.seq_tokens} tokens, activation checkpointing {'on' if lora.checkpointing else 'off'}; "
+            f"LoRA r={lora.lora_rank}: {lora.adapter_params / 1e6:.1f} M adapter parameters")
+    names = list(dict.fromkeys([r.name for r in full.rows] + [r.name for r in lora.rows]))
+    by = [{r.name: r for r in p.rows} for p in (full, lora)]
+    zero = Row("", 0, 0, "")
+    width = max(len(n) for n in names) + 2
+    cols = "".join(f"{h:>9}" for h in ("update", "rollout", "update", "rollout"))
+    lines = [head, f"{'':{width}}{'full fine-tuning':>18}{f'LoRA r={lora.lora_rank}':>18}",
+             f"{'':{width}}{cols}  GiB, how (LoRA)"]
+    for name in names:
+        f, lo = by[0].get(name, zero), by[1].get(name, zero)
+        lines.append(f"{name:{width}}{_gib(f.update):>9}{_gib(f.rollout):>9}{_gib(lo.update):>9}{_gib(lo.rollout):>9}"
+                     f"  {lo.note or '(none under LoRA)'}")
+    lines.append(f"{'peak':{width}}{_gib(full.update_peak):>9}{_gib(full.rollout_peak):>9}"
+                 f"{_gib(lora.update_peak):>9}{_gib(lora.rollout_peak):>9}")
+    lines.append(f"LoRA: {_verdict(lora)}; full fine-tuning: {_verdict(full)}")
     return "\n".join(lines)
 
 

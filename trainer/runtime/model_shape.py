@@ -52,6 +52,17 @@ class ModelShape:
     def params(self) -> int:
         return self.layers * self.layer_params() + self.root_params()
 
+    def linear_dims(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each linear layer of a decoder layer, by its module name (Qwen2 / Llama)."""
+        d, kv, f = self.hidden, self.kv_dim, self.intermediate
+        return {"q_proj": (d, d), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (d, d),
+                "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
+
+    def lora_layer_params(self, rank: int, targets: list[str]) -> int:
+        """LoRA parameters of one decoder layer: r·(in + out) per targeted linear layer (A and B)."""
+        dims = self.linear_dims()
+        return sum(rank * sum(dims[t]) for t in dict.fromkeys(targets) if t in dims)
+
 
 # Published shapes (the config.json of each hub repository), for planning without the files. Qwen2.5-1.5B has the
 # same dimensions as Qwen2.5-Math-1.5B.

@@ -21,25 +21,46 @@ starts its queue afresh from the checkpoint's weights, so its first k steps samp
 up again as at the start of a run (`mismatch/policy_lag_effective` shows it). MIPU's screening needs the engine
 to hold the candidate it screens, so `trainer/config/validation.py` refuses a lag with `algo.mipu_screen`.
 
+What is streamed (`full_named_parameters`) is each parameter whole, gathered from its FSDP shards one at a time;
+for a LoRA policy (`model.lora.r` > 0), the start model's weights with each adapted one merged with its adapter
+(trainer/runtime/lora.py), so the knobs above apply to LoRA runs unchanged. `AdapterSync` is the other thing an
+engine may hold: vLLM's own LoRA adapters on its start weights (`model.lora.sync=adapter`; no knobs).
+
 The engines are not changed: imports point agents ← evaluation ← trainer, so the quantizers apply here, and
 `Engine.update_weights` receives plain tensors.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from agents.engines.base import Engine
 from agents.engines.hf import DTYPES
 from evaluation.robustness import fake_quantize, parse_quant, target_linears
-from trainer.runtime.full_weights import full_named_parameters
+from trainer.runtime.lora import engine_name, is_lora, merged_named_parameters, write_adapter
 
 Named = Iterable[tuple[str, Tensor]]
+
+
+def full_named_parameters(model: nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """(name, full tensor) of every parameter, one all-gather per sharded parameter (never the whole model at
+    once); every rank must iterate in step. Unsharded parameters are yielded as they are. A LoRA policy yields
+    what an engine holds instead: the start model's weights under their own names, each adapted one merged with
+    its adapter into a new tensor (trainer/runtime/lora.py `merged_named_parameters`)."""
+    if is_lora(model):
+        yield from merged_named_parameters(model)
+        return
+    for name, p in model.named_parameters():
+        yield name, (p.full_tensor() if isinstance(p, DTensor) else p)
 
 
 @dataclass(frozen=True)
@@ -69,9 +90,11 @@ def parse_sampler_quant(name: str, group_size: int = 0) -> SamplerQuant | None:
 
 
 def quantized_names(model: nn.Module) -> frozenset[str]:
-    """`named_parameters` names of the weights `fake_quantize` applies to (the decoder layers' nn.Linear)."""
+    """Names of the weights `fake_quantize` applies to (the decoder layers' nn.Linear), as the engine receives
+    them (`full_named_parameters`)."""
     ids = {id(lin.weight) for _, lin in target_linears(model)}
-    return frozenset(name for name, p in model.named_parameters() if id(p) in ids)
+    rename = engine_name if is_lora(model) else str
+    return frozenset(rename(name) for name, p in model.named_parameters() if id(p) in ids)
 
 
 def cpu_copy(model: nn.Module) -> dict[str, Tensor]:
@@ -156,3 +179,34 @@ class SamplerSync:
             else:
                 yield name, tensor
         self.rel_err = (err / ref) ** 0.5 if ref else 0.0
+
+    def close(self) -> None:
+        """Nothing to release here (`AdapterSync` removes its scratch directory)."""
+
+
+class AdapterSync(SamplerSync):
+    """What a vLLM engine serving LoRA adapters holds: the start model's weights (loaded from its directory) and
+    the policy's current adapters, pushed after every update as a new adapter version (agents/engines/vllm_lora.py).
+    SamplerSync's interface and metrics without its views (validation refuses fake quantization and a lag with
+    adapters)."""
+
+    def __init__(self, model: nn.Module, dtype: str = "") -> None:
+        super().__init__(model, None, 0, dtype)
+        self.root = Path(tempfile.mkdtemp(prefix="alprl-lora-"))  # this rank's engine reads its own copy
+        self.pushes = 0
+
+    def initial_push(self, engine: Engine, model: nn.Module) -> None:
+        self.push_current(engine, model)
+
+    def push_current(self, engine: Engine, model: nn.Module) -> None:
+        self.pushes += 1
+        path = self.root / f"v{self.pushes}"
+        write_adapter(model, path)  # collective under FSDP: every rank gathers the adapters for its engine
+        engine.load_adapter(str(path))
+        shutil.rmtree(self.root / f"v{self.pushes - 1}", ignore_errors=True)  # loaded and replaced
+
+    def push_trainer_weights(self, engine: Engine, model: nn.Module) -> None:
+        self.push_current(engine, model)
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)

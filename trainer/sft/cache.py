@@ -31,7 +31,8 @@ def sft_inputs(cfg: TrainConfig) -> dict:
     """Everything that changes what the expert plays, how it errs and how the model sees it (not where code runs
     or how RL masks turns): the SFT cache key, stored in sft_meta.json so a mismatch can name its keys."""
     env = {k: v for k, v in asdict(cfg.env).items() if k not in RL_ONLY_ENV_KEYS}
-    model = ({k: v for k, v in asdict(cfg.model).items() if k != "path"} if not cfg.model.path
+    # model.lora is how RL trains the warm start (SFT trains every weight), so LoRA and full runs share one
+    model = ({k: v for k, v in asdict(cfg.model).items() if k not in ("path", "lora")} if not cfg.model.path
              else {"base": base_identity(cfg)})  # a checkpoint's own sizes and tokenizer replace the tiny model's
     sft = {k: v for k, v in asdict(cfg.sft).items() if k not in ("output_dir", "save_every", "torch_threads", "seed")}
     # the SFT seed under the key the RL seed had before the two were split, so a warm start built at seed 0 keeps
