@@ -5,7 +5,8 @@ Every figure function takes the runs (`RunData`: a label, its directory and its 
 keys, a run without ALP has no σ). Metric keys, as `trainer/` logs them:
 - Figures 1-2: `diag/ratio_{loss,mis}/{p2,p50,p98}` (first mini-batch of a step), `diag/ratio_loss_last/...` (last),
   and per rollout-probability bin `diag/ratio_{kind}/bin{j}/{p2,p98}` for μ bins `BIN_EDGES` (null when empty);
-- dynamics: `rollout/reward`, `diag/grad_norm_preclip` (else `actor/grad_norm`), `diag/entropy`, `rollout_corr/kl`,
+- dynamics: `rollout/reward`, `diag/grad_norm_preclip` (else `actor/grad_norm`), `diag/entropy`,
+  `rollout_corr/k3_kl` (else `rollout_corr/kl`),
   `diag/policy_kl_k1` / `_k3`;
 - Figure 8: `perturb/sigma/<layer>` (agents/perturbation.py) and `perturb/dp/p75`, `p99` (else
   `perturb/delta_p_p75`), and per layer group `perturb/dp/layer<i>/p99`;
@@ -151,9 +152,14 @@ def envelope_by_bin(runs: list[RunData]) -> Figure:
     return Figure(title, png(fig))
 
 
+# The rollout-trainer KL panel plots k3 (never negative, as the update-KL panel's dashed line): k1's per-step mean
+# goes below 0 where the sampler puts more mass on the sampled tokens and reads as noise; k1 only for runs logged
+# before k3 was.
 DYNAMICS = (("reward", ("rollout/reward",)), ("grad norm (pre-clip)", ("diag/grad_norm_preclip", "actor/grad_norm")),
-            ("entropy", ("diag/entropy",)), ("rollout-trainer KL", ("rollout_corr/kl",)),
+            ("entropy", ("diag/entropy",)), ("rollout-trainer KL (k3)", ("rollout_corr/k3_kl", "rollout_corr/kl")),
             ("policy-update KL", ("diag/policy_kl_k1", "diag/policy_kl_k3")))
+FIRST_LOGGED_ONLY = ("grad norm (pre-clip)", "rollout-trainer KL (k3)")
+"""Panels that plot the first of their keys a run logs, the others standing in for older runs."""
 
 
 def dynamics(runs: list[RunData]) -> Figure:
@@ -162,7 +168,7 @@ def dynamics(runs: list[RunData]) -> Figure:
     panels = []
     for name, keys in DYNAMICS:
         per_run = [(run, [k for k in keys if series(run.records, k)[0]]) for run in runs]
-        if name == "grad norm (pre-clip)":  # actor/grad_norm only where the pre-clip norm is not logged
+        if name in FIRST_LOGGED_ONLY:  # e.g. actor/grad_norm only where the pre-clip norm is not logged
             per_run = [(run, ks[:1]) for run, ks in per_run]
         if any(ks for _, ks in per_run):
             panels.append((name, per_run))

@@ -134,3 +134,19 @@ def test_gigpo_runs_get_their_anchor_state_plots_and_others_do_not(tmp_path):
     assert {"GiGPO anchor states (step groups of ≥ 2)", "GiGPO: share of steps in an anchor group, and |A^S|"} \
         <= set(_images(write_report(gigpo).read_text()))
     assert not any(t.startswith("GiGPO") for t in _images(write_report(full_run(tmp_path / "grpo")).read_text()))
+
+
+def test_the_rollout_trainer_kl_panel_plots_k3_and_k1_only_for_runs_without_it(monkeypatch):
+    """k1's step mean goes below 0 and reads as noise; the panel plots k3 (≥ 0), as the update-KL panel's dashed line."""
+    from evaluation.reports import run_figures as report_figures
+
+    both = [{"step": s, "rollout_corr/kl": -0.002 * s, "rollout_corr/k3_kl": 0.003 * s} for s in (1, 2, 3)]
+    old = [{"step": s, "rollout_corr/kl": 0.001 * s} for s in (1, 2, 3)]
+    drawn = []
+    monkeypatch.setattr(report_figures, "png", lambda fig: drawn.append(fig) or "image")
+    for records, plotted in ((both, [0.003, 0.006, 0.009]), (old, [0.001, 0.002, 0.003])):
+        report_figures.dynamics([report_figures.RunData("run", None, records)])
+        (ax,) = [ax for ax in drawn[-1].axes if ax.get_title().startswith("rollout-trainer KL")]
+        (line,) = ax.get_lines()
+        assert list(line.get_ydata()) == pytest.approx(plotted)
+        report_figures.plt.close(drawn[-1])
