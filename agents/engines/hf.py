@@ -80,9 +80,11 @@ class HFEngine:
             params[name].copy_(tensor.detach().to(params[name].dtype))
 
     def load_adapter(self, path: str) -> None:
-        """Not served here: a LoRA policy reaches this engine as merged weights (`update_weights`)."""
-        raise NotImplementedError("the transformers engine samples a LoRA policy with merged weights "
-                                  "(model.lora.sync=merged); vLLM serves adapters (rollout.engine=vllm)")
+        """The Engine protocol's adapter sync, which this engine refuses by design: a LoRA policy reaches it as merged
+        weights (`update_weights`), and `model.lora.sync=adapter` with it is refused before a run starts
+        (trainer/runtime/lora.py `choose_sync`); this is the guard for a caller outside the trainer."""
+        raise ValueError(f"load_adapter({path!r}): the transformers engine takes a LoRA policy as merged weights "
+                         "(model.lora.sync=merged); vLLM serves adapters (rollout.engine=vllm)")
 
     def _prefill_inputs(self, requests: list[GenerationRequest]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r.prompt_ids) for r in requests)
