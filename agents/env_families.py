@@ -47,6 +47,7 @@ from envs.splits import SPLIT_SIZES, check_split
 from envs.tir.problems import ProblemSource
 from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT, STYLES, get_style
 from envs.tir.tasks import GENERATORS as TIR_TASK_TYPES
+from envs.tir_defaults import DEFAULT_STYLE
 
 
 def _step_limit(e: Any) -> dict:
@@ -79,7 +80,7 @@ class EnvEntry:
     multi_turn: bool = True
     """An episode can take several turns (step-level advantages such as GiGPO's need more than one step)."""
 
-    def make_agent(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir") -> Agent:
+    def make_agent(self, tokenizer: PreTrainedTokenizerBase, style: str = DEFAULT_STYLE) -> Agent:
         return self.agent_class(tokenizer, style=style) if self.styled else self.agent_class(tokenizer)
 
     @property

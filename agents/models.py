@@ -7,8 +7,9 @@ local Hugging Face cache; nothing here ever downloads.
 
 Typical use::
 
-    tok = train_tokenizer(corpus)
-    model = build_tiny_model(tok)
+    tok = train_tokenizer(corpus, vocab_size=1024)
+    model = build_tiny_model(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                             intermediate_size=128, seed=0)
     save_pretrained(model, tok, "runs/tiny/init")
     model, tok = load_model_and_tokenizer("runs/tiny/init")
 """
@@ -56,16 +57,17 @@ def _special_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int, int, int]:
 def build_tiny_model(
     tokenizer: PreTrainedTokenizerBase,
     *,
-    hidden_size: int = 256,
-    num_layers: int = 4,
-    num_heads: int = 4,
-    num_kv_heads: int = 2,
-    intermediate_size: int = 688,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    intermediate_size: int,
+    seed: int,
     max_position_embeddings: int = 1024,
-    seed: int = 0,
     tie_word_embeddings: bool = True,
 ) -> Qwen2ForCausalLM:
-    """A freshly initialized fp32 Qwen2 causal LM sized to ``tokenizer`` (about 3.2M parameters by default).
+    """A freshly initialized fp32 Qwen2 causal LM sized to ``tokenizer`` (about 3.2M parameters at the run
+    config's shape). The shape is the config's `model.*` keys, without defaults here: the config states them once.
 
     Args:
         tokenizer: from ``train_tokenizer``; ``vocab_size = len(tokenizer)``.

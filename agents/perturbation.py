@@ -7,7 +7,8 @@ size per token and detached (the robustness evaluator's convention, evaluation/r
 of the hidden state on any model; the paper's σ is absolute, and its meaning depends on the model's hidden-state
 scale. Usage (the only place in alprl that touches hidden states):
 
-    pert = LayerwisePerturbation(model, layers="all", sigma_init=1e-6)
+    pert = LayerwisePerturbation(model, layers="all", sigma_init=1e-6, learnable=True, logits_only=False,
+                                 sigma_mode="absolute")
     optimizer = AdamW([*policy_groups, pert.param_group(lr=5e-4, weight_decay=0.01)])
     with pert.active(seed=noise_seed(k)):        # k counts update micro-batches
         loss = objective(model(...)); loss.backward()   # backward inside: see "Checkpointing"
@@ -145,14 +146,18 @@ class _AddSeededNoise(torch.autograd.Function):
 class LayerwisePerturbation(nn.Module):
     """Per-layer learnable noise scales and the hooks that apply them (see the module docstring).
 
+    The settings are the `perturb.*` keys, keyword-only and without defaults here: the run config states them
+    once (trainer/components.py `build_perturbation` passes them).
     model: the HF causal LM (held by reference, never registered as a submodule).
     layers: `all` or inclusive ranges (`0-5,12-17`); ignored with `logits_only`.
     sigma_init: σ0 ≥ 0; 0 gives σ ≡ 0 exactly (only with learnable=False: AdamW decay would turn −inf to NaN).
+    learnable: log σ is an `nn.Parameter` (its own param group); else a fixed buffer.
+    logits_only: one σ on the LM-head output instead of the layers (the ablation).
     sigma_mode: `absolute` (the paper's: noise σ·ε) or `relative` (σ·rms(h)·ε, rms per token, detached).
     """
 
-    def __init__(self, model: nn.Module, layers: str | list[int] = "all", sigma_init: float = 1e-6,
-                 learnable: bool = True, logits_only: bool = False, sigma_mode: str = "absolute") -> None:
+    def __init__(self, model: nn.Module, *, layers: str | list[int], sigma_init: float, learnable: bool,
+                 logits_only: bool, sigma_mode: str) -> None:
         super().__init__()
         if sigma_init < 0 or (learnable and sigma_init == 0):
             raise ValueError(f"perturb.sigma_init must be > 0 (or 0 with learnable=false), got {sigma_init}")
@@ -183,7 +188,7 @@ class LayerwisePerturbation(nn.Module):
     def learnable(self) -> bool:
         return isinstance(self.log_sigma, nn.Parameter)
 
-    def param_group(self, lr: float, weight_decay: float = 0.01) -> dict:
+    def param_group(self, *, lr: float, weight_decay: float) -> dict:
         """Own optimizer param group for log σ (betas come from the optimizer's defaults)."""
         if not self.learnable:
             raise ValueError("param_group: log σ is fixed (learnable=false); nothing to optimize")

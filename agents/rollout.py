@@ -122,13 +122,14 @@ class Agent(Protocol):
 
 @dataclass
 class RolloutLimits:
-    # no defaults for the three budgets: the run config's `rollout.*` is their one source (trainer/tasks.py)
+    # no defaults for the three budgets and mask_void_turns: the run config's `rollout.*` and
+    # `env.mask_void_turns` are their one source (trainer/tasks.py)
     max_new_tokens: int
     max_response_tokens: int
     max_obs_tokens: int
-    episode_timeout_s: float | None = None
-    """Wall-clock limit of one episode (None: none); checked between turns, past it the episode is truncated."""
-    mask_void_turns: bool = False
+    episode_timeout_s: float = 0.0
+    """Wall-clock limit of one episode (0: none); checked between turns, past it the episode is truncated."""
+    mask_void_turns: bool = field(kw_only=True)
     """Zero the whole loss mask of an episode that ended on a void turn (`info["void_turn"]`: no code, no answer),
     as SimpleTIR does; its `info["loss_masked"]` is then True."""
     stop_token_ids: list[int] = field(default_factory=list)
@@ -222,7 +223,7 @@ class _Episode:
             seed, pool
         self.first_index = first_index
         self.context = engine.max_model_len  # prompt + response tokens the engine holds
-        self.deadline = None if limits.episode_timeout_s is None else time.monotonic() + limits.episode_timeout_s
+        self.deadline = time.monotonic() + limits.episode_timeout_s if limits.episode_timeout_s else None
         self.stop_token_ids = list(dict.fromkeys([*agent.end_of_turn_ids(), *limits.stop_token_ids]))
 
     def request(self, traj: Trajectory) -> GenerationRequest:

@@ -30,13 +30,14 @@ from agents.control_tokens import (
 )
 from agents.rollout import RunToolCall
 from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT, get_style
+from envs.tir_defaults import DEFAULT_STYLE
 
 
 class TIRAgent:
     format_version = 2  # 2: hermes tool calls end their turn and come back as the template's tool turn
     """Bump when the prompt or observation text changes: SFT caches built with another version are rebuilt."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, style: str = "simpletir"):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, style: str = DEFAULT_STYLE):
         self.tokenizer = tokenizer
         self.style = get_style(style)
         schema = self.style.tool_schema

@@ -100,7 +100,7 @@ def _split_out_specials(texts: Iterable[str], specials: list[str]) -> Iterator[s
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 1024, extra_special_tokens: Iterable[str] = ()
+    texts: Iterable[str], vocab_size: int, extra_special_tokens: Iterable[str] = ()
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on ``base_corpus() + texts`` and wrap it for ``transformers``.
 

@@ -20,14 +20,8 @@ from app.eval_cli import add_eval_parser, run_eval_command
 from app.experiments.run import add_experiment_parser, run_experiment_command
 from app.stop_guard import StopGuard, guarded
 from trainer.config.errors import ConfigError
-from trainer.config.train_config import (
-    TrainConfig,
-    algorithm_presets,
-    build_config,
-    field_docs,
-    preset_notes,
-    to_dict,
-)
+from trainer.config.train_config import TrainConfig, field_docs, to_dict
+from trainer.setup.build import algorithm_presets, build_config, preset_notes
 
 if TYPE_CHECKING:
     from trainer.runtime.memory_plan import MemoryPlan
@@ -128,12 +122,8 @@ def robustness_settings(args: argparse.Namespace):
     from pathlib import Path
 
     from agents.env_families import env_entry
-    from trainer.config.run_config import (
-        RUN_CONFIG_FILE,
-        eval_settings,
-        load_run_config,
-        run_code_where_the_sandbox_answers,
-    )
+    from trainer.config.run_config import RUN_CONFIG_FILE
+    from trainer.setup.saved_config import eval_settings, load_run_config, run_code_where_the_sandbox_answers
 
     run_cfg = None if args.no_run_config else load_run_config(args.checkpoint)
     if args.env and (run_cfg is None or env_entry(args.env).env_id != run_cfg.env.id):
@@ -165,7 +155,7 @@ def run_robustness_command(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     from evaluation.robustness_run import parse_scales, run_robustness
-    from trainer.config.run_config import run_eval_on_tasks
+    from trainer.setup.saved_config import run_eval_on_tasks
 
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per condition would drown the sweep's own lines
     try:
@@ -292,7 +282,7 @@ def checked_config(args: argparse.Namespace) -> tuple[TrainConfig, list[str], Me
     cfg = build_config(args.config, args.overrides)
     for note in preset_notes(args.config, args.overrides):  # where the recipe's keys win over `algorithm=`
         print(f"alprl {args.command}: note: {note}", file=sys.stderr)
-    from trainer.config.validation import validate_model_shape
+    from trainer.setup.file_checks import validate_model_shape
 
     shape_warnings = validate_model_shape(cfg)  # the run's engine start logs the same warnings
     if args.command in ("train", "demo"):

@@ -105,7 +105,8 @@ def build_engine(plan):
                          schedule=r.schedule,
                          gpu_memory_utilization=r.gpu_memory_utilization,
                          tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,
-                         kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None)
+                         kv_cache_dtype=r.kv_cache_dtype, max_model_len=r.max_model_len or None,
+                         enable_sleep_mode=False)  # evaluation never hands the GPU to a trainer
     return engine, tokenizer
 
 

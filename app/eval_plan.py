@@ -1,6 +1,6 @@
 """What `alprl eval` will run, settled before any model loads: benchmarks, their settings, the output directory.
 
-One evaluation path: a benchmark is played with `trainer.config.run_config.eval_settings` of a config built the way
+One evaluation path: a benchmark is played with `trainer.setup.saved_config.eval_settings` of a config built the way
 `alprl robustness` builds it (the checkpoint's `alprl_config.yaml`, else the defaults; then the options; then
 key=value overrides), so an alprl checkpoint keeps its run's prompt format, stop strings, limits, sampling and
 seed. Per benchmark only the env section changes:
@@ -17,7 +17,7 @@ seed. Per benchmark only the env section changes:
   pass@k come per dataset, and the mean reward is the mean score, partial credit included. Names after `rg:` are
   reasoning-gym names up to the next NAME=PATH or `rg:` item. The run's `env.reasoning_gym` section (sizes, seed,
   per-dataset config) is kept, so a run trained on reasoning-gym is scored on its own held-out problems.
-Every file is loaded and checked here (`trainer.config.validation.validate_config`), so a bad file is one error before
+Every file is loaded and checked here (`trainer.setup.validation.validate_config`), so a bad file is one error before
 the engine starts. A plain Hugging Face model (no run config) gets the defaults plus a response budget a real model
 needs (`PLAIN_MODEL_BUDGET`); in single mode, when the run did not play single-turn math, the one turn may use the
 whole response budget (a tool turn's `rollout.max_new_tokens` is far too short for a chain of thought).
@@ -48,16 +48,17 @@ from evaluation.eval_run import Benchmark
 from evaluation.evaluate import EvalSettings
 from trainer.config.errors import ConfigError
 from trainer.config.rollout_config import engine_options
-from trainer.config.run_config import (
+from trainer.config.run_config import RUN_CONFIG_FILE
+from trainer.config.train_config import EnvConfig, TrainConfig, parse_overrides
+from trainer.runtime.model_shape import shape_from_config_json
+from trainer.setup.build import build_config
+from trainer.setup.saved_config import (
     DATASET_KEYS,
-    RUN_CONFIG_FILE,
     eval_settings,
     load_run_config,
     run_code_where_the_sandbox_answers,
 )
-from trainer.config.train_config import EnvConfig, TrainConfig, build_config, parse_overrides
-from trainer.config.validation import validate_config
-from trainer.runtime.model_shape import shape_from_config_json
+from trainer.setup.validation import validate_config
 
 MODE_ENVS = {"single": "alprl/Math-v0", "tir": "alprl/TIRMath-v0"}
 PLAIN_MODEL_BUDGET = 4096

@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import copy
 import importlib.util
+import inspect
 import statistics
 import subprocess
 import sys
@@ -50,10 +51,10 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agents.perturbation import LayerwisePerturbation, noise_seed
 from agents.trajectory import Trajectory
-from trainer.config.train_config import build_config
 from trainer.objective.corrections import prepare_corrections
 from trainer.objective.logprobs import compute_logprobs
 from trainer.objective.types import Batch, collate
+from trainer.setup.build import build_config
 from trainer.update import denominators, micro_batch_objective
 
 
@@ -132,8 +133,13 @@ def main() -> None:
     for name, preset, pert_cls in arms:
         tc = build_config(None, [f"algorithm={preset}", "perturb.sigma_init=0.02"])
         model = copy.deepcopy(base)
-        pert = pert_cls(model, tc.perturb.layers, tc.perturb.sigma_init) if tc.perturb.enabled else None
-        groups = [{"params": list(model.parameters())}] + ([pert.param_group(tc.perturb.lr)] if pert else [])
+        p = tc.perturb
+        settings = {"layers": p.layers, "sigma_init": p.sigma_init, "learnable": p.learnable,
+                    "logits_only": p.logits_only, "sigma_mode": p.sigma_mode}
+        known = inspect.signature(pert_cls).parameters if pert_cls else {}  # an older revision lacks some
+        pert = pert_cls(model, **{k: v for k, v in settings.items() if k in known}) if p.enabled else None
+        groups = [{"params": list(model.parameters())}] + (
+            [pert.param_group(lr=p.lr, weight_decay=p.weight_decay)] if pert else [])
         opt = torch.optim.AdamW(groups, lr=1e-5)
         b = copy.copy(batch)
         b.corr_weights, b.corr_keep, _ = prepare_corrections(tc.algo, b)

@@ -47,8 +47,8 @@ from pathlib import Path
 
 import torch
 
-from trainer.config.train_config import build_config
 from trainer.loop import train
+from trainer.setup.build import build_config
 from trainer.sft.train import run_sft
 
 ROOT = Path(__file__).resolve().parents[1]

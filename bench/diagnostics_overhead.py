@@ -36,8 +36,8 @@ import torch
 
 from trainer.algorithms import AlgorithmState
 from trainer.components import build_components
-from trainer.config.train_config import build_config
 from trainer.loop import collect_rollouts, learn, seed_everything
+from trainer.setup.build import build_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

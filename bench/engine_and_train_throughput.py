@@ -20,6 +20,7 @@ from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
 from agents.models import build_tiny_model, train_tokenizer
 from agents.trajectory import Trajectory
+from trainer.config.train_config import TrainConfig
 from trainer.objective.logprobs import compute_logprobs
 from trainer.objective.types import collate
 
@@ -45,8 +46,9 @@ def bench_engine(model, tok, batch: int, new_tokens: int) -> None:
     n_naive = naive_generate(model, prompts, new_tokens)
     naive = n_naive / (time.perf_counter() - t0)
     print(f"engine  baseline (no KV cache, fp32): {naive:9.0f} tok/s")
+    r = TrainConfig().rollout  # the run config's sampler
     for dtype in ("float32", "bfloat16"):
-        engine = HFEngine(model, tok, dtype=dtype)
+        engine = HFEngine(model, tok, dtype=dtype, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
         requests = [GenerationRequest(p, new_tokens) for p in prompts]
         engine.generate(requests[:4], seed=0)  # warm-up
         t0 = time.perf_counter()
@@ -97,7 +99,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     tok = train_tokenizer(CORPUS, vocab_size=512)
-    model = build_tiny_model(tok)
+    m = TrainConfig().model  # the run config's tiny model
+    model = build_tiny_model(tok, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
+                             num_kv_heads=m.num_kv_heads, intermediate_size=m.intermediate_size, seed=0)
     print(f"tiny model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M parameters, "
           f"{torch.get_num_threads()} threads")
     bench_engine(model, tok, args.batch, args.new_tokens)

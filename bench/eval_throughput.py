@@ -40,7 +40,7 @@ from envs.tir.tasks import generate_task
 from evaluation.eval_run import run_benchmarks
 from evaluation.eval_store import RecordStore
 from evaluation.evaluate import evaluation_specs
-from trainer.config.train_config import build_config
+from trainer.setup.build import build_config
 from trainer.sft.train import run_sft
 
 

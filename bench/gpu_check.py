@@ -18,7 +18,7 @@ CONTEXT = 2048
 
 def build(out: Path) -> None:
     from agents.models import build_tiny_model, save_pretrained
-    from trainer.config.train_config import build_config
+    from trainer.setup.build import build_config
     from trainer.sft.train import prepare_data
 
     cfg = build_config(None, ["sft.num_examples=200"])

@@ -47,8 +47,8 @@ def build(config: str, overrides: list[str], out_dir: str):
     import torch
 
     from trainer.components import build_components
-    from trainer.config.train_config import build_config
     from trainer.loop import seed_everything
+    from trainer.setup.build import build_config
 
     cfg = build_config(config or None, ["rollout.engine=hf", *overrides, f"output_dir={out_dir}"])
     torch.set_num_threads(cfg.torch_threads or 1)

@@ -22,9 +22,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from trainer.config.train_config import build_config
 from trainer.loop import train
 from trainer.runtime.logger import read_metrics
+from trainer.setup.build import build_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

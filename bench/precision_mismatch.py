@@ -31,8 +31,8 @@ import torch
 from mismatch_sweep import extreme, mean_of  # (bench/ is the script's directory)
 
 import trainer.loop
-from trainer.config.train_config import build_config
 from trainer.runtime.logger import read_metrics
+from trainer.setup.build import build_config
 from trainer.sft.train import run_sft
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,7 +37,8 @@ from agents.models import load_model_and_tokenizer
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
 from trainer.components import make_envs
-from trainer.config.train_config import build_config
+from trainer.config.rollout_config import engine_options
+from trainer.setup.build import build_config
 from trainer.sft.train import run_sft
 from trainer.tasks import rollout_limits
 
@@ -139,8 +140,11 @@ def main() -> None:
     env.close()
     single = [GenerationRequest(p, limits.max_new_tokens) for p in prompts]
 
-    vllm = VLLMEngine(model_dir, dtype=args.dtype, **({"block_size": args.block_size} if args.block_size else {}))
-    hf = HFEngine(model, tok, dtype=args.dtype)
+    r = cfg.rollout
+    sampler = {"dtype": args.dtype, "temperature": r.temperature, "top_p": r.top_p, "top_k": r.top_k}
+    vllm = VLLMEngine(model_dir, **sampler, seed=cfg.seed, **engine_options(r),
+                      **({"block_size": args.block_size} if args.block_size else {}))
+    hf = HFEngine(model, tok, **sampler)
     for engine in (vllm, hf):
         engine.generate(single[:8], seed=0)  # warm-up
     envs = [ReplayedSteps(TimedStep(env)) for env in make_envs(cfg, args.episodes)]

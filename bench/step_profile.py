@@ -45,7 +45,7 @@ from agents import rollout  # noqa: E402
 from app import cli  # noqa: E402
 from trainer.components import Components  # noqa: E402
 from trainer.config.errors import ConfigError  # noqa: E402
-from trainer.config.train_config import build_config  # noqa: E402
+from trainer.setup.build import build_config  # noqa: E402
 
 STAGES = [  # (row label, owner object, attribute)
     ("rollouts", loop, "collect_step"),

@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))
 from agents.engines import auto_engine  # noqa: E402
 from app.eval_plan import model_parameters  # noqa: E402
 from trainer.config.errors import ConfigError  # noqa: E402
-from trainer.config.train_config import build_config  # noqa: E402
+from trainer.setup.build import build_config  # noqa: E402
 
 
 def _load_sibling(name: str):

@@ -295,7 +295,7 @@ def train(spec: dict) -> dict:
     from trl import GRPOConfig
 
     from agents.models import load_tokenizer
-    from trainer.config.train_config import build_config
+    from trainer.setup.build import build_config
 
     cfg = build_config(spec["config"], spec["overrides"])
     if cfg.torch_threads:

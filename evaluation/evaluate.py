@@ -1,7 +1,7 @@
 """Held-out evaluation: per-example records first, reductions separately.
 
 The same `evaluation_records` runs inside training (every `eval_every` steps), in `alprl eval` and in every
-condition of `alprl robustness`; `EvalSettings` is what all three read (`trainer/config/run_config.py` builds it from a
+condition of `alprl robustness`; `EvalSettings` is what all three read (`trainer/setup/saved_config.py` builds it from a
 run config), so a checkpoint is played with the env, prompt format, stop strings, limits and sampling its run
 evaluated it with.
 
@@ -37,7 +37,7 @@ class EvalSettings:
 
     env: Any
     limits: RolloutLimits
-    samples_per_task: int  # no defaults: a run config is the one source (trainer/config/run_config.py eval_settings)
+    samples_per_task: int  # no defaults: a run config is the one source (trainer/setup/saved_config.py eval_settings)
     greedy: bool
     temperature: float
     top_p: float

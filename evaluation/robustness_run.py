@@ -61,7 +61,7 @@ def run_robustness(checkpoint: str | Path, settings: EvalSettings,
     """Evaluate `checkpoint` clean and under each (family, scale); returns `<out_dir>/robustness.html`.
 
     checkpoint: a directory from `save_pretrained` (or a model in the local HF cache).
-    settings: env, limits, samples, sampling and seed, identical for every condition (`trainer.config.run_config.
+    settings: env, limits, samples, sampling and seed, identical for every condition (`trainer.setup.saved_config.
         eval_settings` gives a run's own; the tasks are `split` indices 0..num_tasks-1).
     families / scales: see `evaluation.robustness` (scales default to `DEFAULT_SCALES`).
     dtype: the HF engine's dtype; layers: decoder layers to perturb ('all', '0-5').

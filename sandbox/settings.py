@@ -76,7 +76,8 @@ class Settings:
     uid_base: int = _f(10000, "slot uids are uid_base + i; use a range no account or other server uses")
     layers: str = _f("auto", "isolation layers to use: 'auto' (all the machine allows) or a list like 'uid,net'")
     require_seccomp: bool = _f(False, "refuse to start when the seccomp layer cannot load (else: run without it)")
-    tmpfs_mb: int = _f(256, "size of each private tmpfs (/tmp, /dev/shm, /var/tmp) with the mount layer")
+    tmpfs_mb: int = _f(256, "size of each private tmpfs (/tmp, /dev/shm, /var/tmp) with the mount layer, "
+                       "and of each docker-backend container's /tmp")
     workdir_root: str = _f(_default_workdir_root, "per-run directories live here when there is no mount layer")
     preload: str = _f(",".join(LIGHT_PRELOAD), "modules every zygote imports before forking")
     preload_heavy: str = _f("numpy,sympy", "modules of the second zygote per slot; code naming them runs there")

@@ -63,6 +63,9 @@ class Components:
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=8))
     dist: DistContext = SINGLE
     """This process's rank, world size and device (trainer/runtime/distributed.py)."""
+    engine_kind: str = ""
+    """The engine that samples (vllm | hf): `rollout.engine`, or what `auto` chose for this model and device; the
+    run's run_meta.json and an experiment cell's cell.json record it (empty: a hand-built bundle in a test)."""
     grad_scaler: ShardedGradScaler | None = None
     """fp16's dynamic loss scaler (distributed.mixed_precision=fp16), its state saved with checkpoints; None
     otherwise. MIPU's rollback restores the model and optimizer, not the scale: it tracks fp16's range, not the
@@ -120,7 +123,8 @@ def build_perturbation(model: torch.nn.Module, cfg: TrainConfig) -> LayerwisePer
     if not cfg.perturb.enabled:
         return None
     p = cfg.perturb
-    return LayerwisePerturbation(model, p.layers, p.sigma_init, p.learnable, p.logits_only, p.sigma_mode)
+    return LayerwisePerturbation(model, layers=p.layers, sigma_init=p.sigma_init, learnable=p.learnable,
+                                 logits_only=p.logits_only, sigma_mode=p.sigma_mode)
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig,
@@ -129,7 +133,7 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig,
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": params}]
     if perturbation is not None and perturbation.learnable:
-        groups.append(perturbation.param_group(cfg.perturb.lr, cfg.perturb.weight_decay))
+        groups.append(perturbation.param_group(lr=cfg.perturb.lr, weight_decay=cfg.perturb.weight_decay))
     optimizer = torch.optim.AdamW(groups, lr=cfg.optim.lr, betas=tuple(cfg.optim.betas),
                                   weight_decay=cfg.optim.weight_decay)
     in_groups = [id(p) for g in optimizer.param_groups for p in g["params"]]
@@ -210,7 +214,7 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
                       perturbation=perturbation, reference=reference_policy(cfg, model, ctx), sampler=sampler,
                       pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency, thread_name_prefix="env-step"),
-                      dist=ctx, grad_scaler=build_grad_scaler(cfg, ctx))
+                      dist=ctx, engine_kind=kind, grad_scaler=build_grad_scaler(cfg, ctx))
 
 
 def reference_policy(cfg: TrainConfig, model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module | None:

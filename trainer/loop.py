@@ -51,8 +51,8 @@ from trainer.algorithms.mipu import (
 from trainer.algorithms.quatro import quatro_targets
 from trainer.algorithms.vcpo import sequence_log_weights
 from trainer.components import Components, build_components, make_envs
-from trainer.config.run_config import eval_settings
 from trainer.config.train_config import TrainConfig, to_dict
+from trainer.diagnostics.episode_table import EPISODE_COLUMNS, episode_table
 from trainer.diagnostics.mismatch_metrics import mismatch_diagnostics
 from trainer.diagnostics.policy_drift import policy_drift
 from trainer.diagnostics.ratio_diagnostics import RatioProbe, diag_suffixes
@@ -73,6 +73,7 @@ from trainer.runtime.logger import MetricLogger, require_logger_packages
 from trainer.runtime.outage import OutageWatch, SandboxOutage
 from trainer.runtime.progress import progress_bar
 from trainer.runtime.run_meta import start_run_meta
+from trainer.setup.saved_config import eval_settings
 from trainer.tasks import episode_specs, rollout_limits
 from trainer.update import UpdateSettings, minibatch_rows, update_policy
 
@@ -391,7 +392,7 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
     state = load_trainer_state(ckpt, c.optimizer, model=c.model, ctx=ctx) if ckpt else {}
     start = load_extra_state(c, algos, state) if ckpt else 0
     main = ctx.is_main  # rank 0 alone writes the run's files
-    run_meta = start_run_meta(run_dir, cfg, resuming=ckpt is not None) if main else None  # dataset fingerprints
+    run_meta = start_run_meta(run_dir, cfg, resuming=ckpt is not None, engine=c.engine_kind) if main else None
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.logging.wandb,
                           use_trackio=cfg.logging.trackio, project=cfg.logging.project,
                           config=to_dict(cfg) | {"run_meta": run_meta}) if main else None
@@ -413,8 +414,8 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                 result.metrics = ctx.mean_metrics(result.metrics)  # over ranks (the loss and grad norm are global)
                 if logger:
                     logger.log(step, result.metrics)
-                    if on_eval_schedule(cfg, step):  # a few of the step's episodes, as text (Trackio only)
-                        logger.log_episodes(step, result.trajectories, c.tokenizer)
+                    if on_eval_schedule(cfg, step) and logger.keeps_episodes:  # a few episodes as text (Trackio)
+                        logger.log_episodes(step, EPISODE_COLUMNS, episode_table(result.trajectories, c.tokenizer))
                 result.trajectories = []  # `results` keeps every step's metrics, not its batch
                 results.append(result)
                 outage = watch.after_step(step, result.metrics)  # the same on every rank: metrics are the mean

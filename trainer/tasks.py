@@ -25,7 +25,7 @@ from trainer.config.train_config import TrainConfig
 def rollout_limits(cfg: TrainConfig) -> RolloutLimits:
     r = cfg.rollout
     return RolloutLimits(r.max_new_tokens, r.max_response_tokens, r.max_obs_tokens,
-                         episode_timeout_s=r.episode_timeout_s or None, mask_void_turns=cfg.env.mask_void_turns,
+                         episode_timeout_s=r.episode_timeout_s, mask_void_turns=cfg.env.mask_void_turns,
                          stop_token_ids=list(r.stop_token_ids))
 
 

@@ -67,10 +67,11 @@ class EndpointSettings:
     """The batch's sampling seed (None: each call unseeded)."""
     first_index: int = 0
     """Position of this endpoint's first episode in the step's batch (data-parallel ranks), as in `run_episodes`."""
-    temperature: float = 1.0
-    """The engine's sampling settings (`rollout.temperature`, `top_p`, `top_k`): a request may only repeat them."""
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float = field(kw_only=True)
+    """The engine's sampling settings (`rollout.temperature`, `top_p`, `top_k`; without defaults here, the run
+    config states them once): a request may only repeat them."""
+    top_p: float = field(kw_only=True)
+    top_k: int = field(kw_only=True)
 
 
 def _refuse(param: str, message: str) -> EndpointError:

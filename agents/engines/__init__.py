@@ -66,9 +66,8 @@ SCHEDULES = {"auto": None, "overlapped": True, "turn_by_turn": False}  # -> VLLM
 
 
 def make_engine(kind: str, model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase, *,
-                model_path: str | os.PathLike | None = None, dtype: str = "bfloat16", temperature: float = 1.0,
-                top_p: float = 1.0, top_k: int = 0, seed: int = 0, schedule: str = "auto",
-                **vllm_options: Any) -> Engine:
+                model_path: str | os.PathLike | None = None, dtype: str, temperature: float, top_p: float,
+                top_k: int, seed: int, schedule: str, **vllm_options: Any) -> Engine:
     """Build the rollout engine for `model` (the trainer's policy; the engine starts with its current weights).
 
     Args:
@@ -85,7 +84,9 @@ def make_engine(kind: str, model: PreTrainedModel | None, tokenizer: PreTrainedT
             turn_by_turn; auto overlaps on a GPU sampler and goes turn by turn where sampler and envs share the
             CPU (see agents/rollout.py). The transformers engine only runs turn by turn.
         **vllm_options: VLLMEngine keywords (gpu_memory_utilization, tensor_parallel_size, quantization,
-            kv_cache_dtype, enable_sleep_mode, max_model_len, ...); ignored by the transformers engine.
+            kv_cache_dtype, enable_sleep_mode, max_model_len: required by vLLM, as the settings above; ...);
+            ignored by the transformers engine.
+    The settings named after the run config's keys have no defaults here: the config states them once.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown rollout schedule {schedule!r}; valid: {', '.join(SCHEDULES)}")

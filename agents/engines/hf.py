@@ -49,14 +49,16 @@ def batch_seed(seed: int | None) -> int:
 
 
 class HFEngine:
-    """Batched sampler over a causal LM; one instance per run, weights refreshed by the trainer."""
+    """Batched sampler over a causal LM; one instance per run, weights refreshed by the trainer.
+
+    dtype, temperature, top_p, top_k: the sampler, the run config's `rollout.*` (without defaults here, the config
+    states them once); truncation as agents/engines/sampling.py states it."""
 
     concurrent_callers = False  # each call is its own batched generation: the rollout schedules turn by turn
     overlap_episodes = False
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, dtype: str = "bfloat16",
-                 temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 eos_token_ids: list[int] | None = None):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, dtype: str,
+                 temperature: float, top_p: float, top_k: int, eos_token_ids: list[int] | None = None):
         self.model = copy.deepcopy(model).to(resolve_dtype(dtype)).eval()
         self.model.requires_grad_(False)
         self.tokenizer = tokenizer

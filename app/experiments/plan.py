@@ -7,13 +7,13 @@ A *setting* is a named set of config overrides (a mismatch, a layer range, a σ0
   (built once if missing; `--scale smoke` builds a tiny one in `<out>/sft` so the recipe's is never rebuilt);
   the warm start's own seed is `sft.seed`, not the cells' RL `seed`, so cells of every seed start from the same weights;
 - the same tasks for a given seed: training tasks and evaluation sampling derive from `seed` only
-  (trainer/tasks.py, trainer/config/run_config.py `eval_settings`);
+  (trainer/tasks.py, trainer/setup/saved_config.py `eval_settings`);
 - the same held-out tasks: test indices 0..eval_tasks-1 of the run's own evaluation after its last step.
 
 Override order, later wins: the recipe (`--config`; its own `algorithm:` preset is replaced by the cell's) ← the
 cell's method preset (`algorithm=`) ← the scale's sizes (with a suite's own evaluation interval, `Horizon`) ← the
 user's key=value overrides ← the setting's overrides ← the cell's seed, steps, start and run directory. The method
-sits above the recipe, unlike `alprl train`'s defaults ← preset ← recipe (trainer/config/train_config.py `build_config`): a
+sits above the recipe, unlike `alprl train`'s defaults ← preset ← recipe (trainer/setup/build.py `build_config`): a
 suite compares methods as their presets define them, so a recipe's algo keys (the household recipe's loss_agg)
 must not reach its cells (app/experiments/run.py `cell_config`). A user override of a key that a setting varies
 is refused (the cell names would lie). The suites themselves (settings, comparisons, the primary family) are in

@@ -80,7 +80,7 @@ def report_images(report_html: str) -> dict[str, bytes]:
 def rebuild_all(root: Path, work: Path) -> list[str]:
     """Unpack every experiment under `root` (a folder holding an experiment.json) into `work` and write its report
     there, figures included; returns their names."""
-    names = sorted(p.parent.name for p in root.glob(f"*/{PLAN_FILE}"))
+    names = experiments(root)
     for name in names:
         if not (work / name / PLAN_FILE).is_file():  # an experiment another one compares with is unpacked already
             unpack_results(root / name, work / name)
@@ -124,6 +124,29 @@ def check_figures(root: Path, work: Path) -> dict[str, str]:
         verdicts[path.name] = ("differs: no figure titled " + repr(title) if image is None
                                else "identical" if image == path.read_bytes() else "differs: other bytes")
     return verdicts
+
+
+def check_experiment(root: Path, name: str) -> dict[str, str]:
+    """Rebuild one experiment under `root` (and those its plan compares with) in a scratch folder: the verdict of
+    its report ("<name>/report") and of each cited figure drawn from its cells alone; the figures drawn over
+    several experiments' cells are `check`'s."""
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        unpack_results(root / name, work / name)
+        write_experiment_report(work / name)
+        verdicts = {f"{name}/report": check_reports(root, work, [name])[name]}
+        images = report_images((work / name / "report.html").read_text())
+        for figure, (names, title) in sorted(CITED_FIGURES.items()):
+            if names == (name,) and (root / figure).is_file():
+                image = images.get(title)
+                verdicts[figure] = ("differs: no figure titled " + repr(title) if image is None
+                                    else "identical" if image == (root / figure).read_bytes() else "differs: other bytes")
+        return verdicts
+
+
+def experiments(root: Path) -> list[str]:
+    """The experiments committed under `root`: each folder that holds an experiment.json."""
+    return sorted(p.parent.name for p in root.glob(f"*/{PLAN_FILE}"))
 
 
 def check(root: Path) -> dict[str, str]:

@@ -50,10 +50,11 @@ from app.experiments.results import (
 )
 from app.experiments.suites import SUITES
 from trainer.config.errors import ConfigError
-from trainer.config.train_config import TrainConfig, build_config, preset_overrides
+from trainer.config.train_config import TrainConfig
 from trainer.runtime.checkpoint import latest_checkpoint
 from trainer.runtime.progress import progress_bar
 from trainer.runtime.run_meta import read_run_meta
+from trainer.setup.build import build_config, preset_overrides
 
 
 def add_experiment_parser(sub) -> None:
@@ -209,7 +210,7 @@ def robustness_sweep(cfg: TrainConfig, run_dir: Path, num_tasks: int) -> str:
     """The robustness sweep (built-in families and scales) of the cell's final checkpoint, as `alprl robustness`
     plays it from the run's own config; returns the report's path."""
     from evaluation.robustness_run import run_robustness
-    from trainer.config.run_config import eval_settings
+    from trainer.setup.saved_config import eval_settings
 
     checkpoint = run_dir / "checkpoints" / f"step_{cfg.steps}"
     report = run_robustness(checkpoint, eval_settings(cfg), ("noise", "prune", "quant"), None,
@@ -248,7 +249,8 @@ def run_cell(plan: Plan, cell: Cell) -> dict:
             "final_eval": str(final.relative_to(run_dir)) if final else None,
             "final_metrics": last_eval_metrics(run_dir)}
     meta = read_run_meta(run_dir) or {}
-    info |= {"source": meta.get("source"), "started": meta.get("started")}  # the code it ran, and when
+    # the code it ran, when, and the engine that sampled (`rollout.engine=auto` picks by model size and device)
+    info |= {"source": meta.get("source"), "started": meta.get("started"), "engine": meta.get("engine")}
     if plan.suite.robustness and plan.scale.robustness_tasks:
         info["robustness"] = robustness_sweep(cfg, run_dir, plan.scale.robustness_tasks)
     info["wall_s"] = round(time.monotonic() - start, 1)

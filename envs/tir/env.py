@@ -14,6 +14,7 @@ from envs.tir.expert import expert_code_turn
 from envs.tir.problems import FULL_CREDIT, ProblemSource, score
 from envs.tir.styles import get_style
 from envs.tir.tasks import SPLIT_RANGES, TIRTask
+from envs.tir_defaults import DEFAULT_DIFFICULTY, DEFAULT_MAX_TURNS, DEFAULT_SANDBOX_RETRY_S, DEFAULT_STYLE
 from envs.unicode_text import UnicodeText, utf8_clean
 from sandbox.client import make_runner
 from sandbox.settings import DEFAULT_MEMORY_MB, RUN_TIMEOUT_S
@@ -73,17 +74,19 @@ class TIRMathEnv(gym.Env):
     data_source, or reasoning-gym dataset name) and its `difficulty` 0.
 
     ## Arguments
+    The defaults are the run config's (`envs/tir_defaults.py` and `sandbox.settings` write them for both), so
+    `gym.make("alprl/TIRMath-v0")` plays the episode `alprl train` plays.
     - `style`: "simpletir" (default) | "torl" | "hermes" (code format, observation, truncation, stop strings).
     - `split`: "train" | "valid" | "test": where `reset()` draws tasks (options may override).
     - `max_turns`: assistant turns per episode (SimpleTIR: 5 train, 10 eval).
     - `runner`: a `sandbox.types.CodeRunner`; None builds one with `sandbox.client.make_runner(sandbox_url)`.
     - `sandbox_url`: None = in-process `LocalExecutor`, else the HTTP sandbox.
     - `sandbox_retry_s`: seconds an HTTP tool call retries infrastructure errors across the URLs before its
-      result is a SandboxError (None: the client's default 5 tries).
+      result is a SandboxError (None: the client's own 5 tries).
     - `exec_mode`: "stateless" (fresh process per block) | "replay" (earlier successful blocks re-run first).
     - `run_timeout_s`, `memory_limit_mb`: per-call sandbox limits (SimpleTIR: 3 s, 1024 MB; `sandbox.settings`).
-    - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.GENERATORS` or None (the default mix, `TASK_TYPES`);
-      both filter generated problems only.
+    - `difficulty`: 1 | 2 | 3 | None (all); `task_types`: subset of `envs.tir.tasks.GENERATORS` or None
+      (the default mix, `TASK_TYPES`); both filter generated problems only.
     - `dataset`, `eval_dataset`, `dataset_format`, `dataset_split_field`, `dataset_fields`: serve splits from
       local math files instead of the generator (`envs/tir/problems.py` says which file serves which split);
       `dataset` / `eval_dataset` may be `reasoning_gym:<name>,...` instead, drawn as `reasoning_gym` says (size,
@@ -98,11 +101,11 @@ class TIRMathEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, style: str = "simpletir", split: str = "train", max_turns: int = 5,
+    def __init__(self, style: str = DEFAULT_STYLE, split: str = "train", max_turns: int = DEFAULT_MAX_TURNS,
                  runner: CodeRunner | None = None, sandbox_url: str | None = None, exec_mode: str = "stateless",
-                 sandbox_retry_s: float | None = None,
+                 sandbox_retry_s: float | None = DEFAULT_SANDBOX_RETRY_S,
                  run_timeout_s: float = RUN_TIMEOUT_S, memory_limit_mb: int = DEFAULT_MEMORY_MB,
-                 difficulty: int | None = None,
+                 difficulty: int | None = DEFAULT_DIFFICULTY,
                  task_types: Sequence[str] | None = None, expert: bool = False, render_mode: str | None = None,
                  dataset: str = "", eval_dataset: str = "", dataset_format: str = "", dataset_split_field: str = "",
                  dataset_fields: dict[str, str] | None = None, reasoning_gym: dict[str, Any] | None = None):

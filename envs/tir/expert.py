@@ -26,12 +26,13 @@ from envs.splits import derive_seed
 from envs.tir.styles import get_style
 from envs.tir.tasks import TIRTask
 from envs.tir.working import working_line
+from envs.tir_defaults import DEFAULT_STYLE
 
 CODE_SENTENCES = ("Let me compute this with Python.", "I will use Python.", "Let me run the code.")
 ANSWER_SENTENCES = ("The answer is \\boxed{%s}.", "So the answer is \\boxed{%s}.")
 
 
-def expert_code_turn(task: TIRTask, style: str = "simpletir", rng: random.Random | None = None) -> str:
+def expert_code_turn(task: TIRTask, style: str = DEFAULT_STYLE, rng: random.Random | None = None) -> str:
     """Turn 1: a sentence and the tool call for `task.solution_code`, ending at the style's stop string.
 
     `rng=None` always uses the first sentence (fixed phrasing)."""
@@ -83,9 +84,12 @@ def guess_without_tool(answer: str, rng: random.Random) -> str:
     return _digit_slip(answer, rng, allow_drop=False)  # a slip that keeps the order of magnitude
 
 
-def expert_turns(task: TIRTask, style: str = "simpletir", *, rng: random.Random | None = None,
-                 p_skip_tool: float = 0.0, p_wrong_copy: float = 0.0, varied_phrasing: bool = True) -> list[str]:
+def expert_turns(task: TIRTask, style: str = DEFAULT_STYLE, *, rng: random.Random | None = None,
+                 p_skip_tool: float, p_wrong_copy: float, varied_phrasing: bool) -> list[str]:
     """Assistant turn texts of one expert episode for `task` in `style` (see the module docstring).
+
+    `p_skip_tool`, `p_wrong_copy`, `varied_phrasing`: the SFT data's mix, the config's `sft.*` keys, without
+    defaults here (the config states them once); 0, 0 and True make a perfect expert.
 
     `rng`: source of phrasing and imperfection draws; None = a generator seeded from the task id (so the
     same task always gets the same turns). `varied_phrasing=False` always uses the first sentence of each
@@ -103,10 +107,10 @@ def expert_turns(task: TIRTask, style: str = "simpletir", *, rng: random.Random 
     return [code_turn, expert_answer_turn(copied, phrasing)]
 
 
-def single_turn_reply(task: TIRTask, *, rng: random.Random | None = None, p_skip_tool: float = 0.0,
-                      p_wrong_copy: float = 0.0, varied_phrasing: bool = True) -> str:
+def single_turn_reply(task: TIRTask, *, rng: random.Random | None = None, p_skip_tool: float,
+                      p_wrong_copy: float, varied_phrasing: bool) -> str:
     """The one reply of a single-turn expert episode for `task`: a line of working, then the boxed answer (see
-    the module docstring). `rng` and `varied_phrasing` as in `expert_turns` (the draws come in the same order:
+    the module docstring). The arguments as in `expert_turns` (the draws come in the same order:
     skip, then miscopy, so one seed skips the same tasks in both envs)."""
     _check_probabilities(p_skip_tool, p_wrong_copy)
     rng = rng if rng is not None else random.Random(derive_seed("single-turn-expert", task.task_id))

@@ -18,6 +18,7 @@ from envs.boxed import extract_boxed
 from envs.tir.env import ACTION_MAX_CHARS, OBS_MAX_CHARS, to_observation
 from envs.tir.problems import FULL_CREDIT, ProblemSource, score
 from envs.tir.tasks import SPLIT_RANGES, TIRTask
+from envs.tir_defaults import DEFAULT_DIFFICULTY
 from envs.unicode_text import UnicodeText
 
 
@@ -50,7 +51,7 @@ class MathEnv(gym.Env):
 
     ## Arguments
     - `split`: "train" | "valid" | "test": where `reset()` draws tasks (options may override).
-    - `difficulty`, `task_types`: filters of generated problems, as `TIRMathEnv`'s.
+    - `difficulty`, `task_types`: filters of generated problems, as `TIRMathEnv`'s (its default level too).
     - `dataset`, `eval_dataset`, `dataset_format`, `dataset_split_field`, `dataset_fields`: problems from local
       files (`envs/tir/problems.py`); `dataset` / `eval_dataset` may be `reasoning_gym:<name>,...` instead, drawn
       as `reasoning_gym` says (size, eval_size, seed, config: `envs/datasets/reasoning_gym.py`).
@@ -62,7 +63,8 @@ class MathEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, split: str = "train", difficulty: int | None = None, task_types: Sequence[str] | None = None,
+    def __init__(self, split: str = "train", difficulty: int | None = DEFAULT_DIFFICULTY,
+                 task_types: Sequence[str] | None = None,
                  dataset: str = "", eval_dataset: str = "", dataset_format: str = "", dataset_split_field: str = "",
                  dataset_fields: dict[str, str] | None = None, reasoning_gym: dict[str, Any] | None = None,
                  render_mode: str | None = None):

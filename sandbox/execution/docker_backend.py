@@ -43,14 +43,14 @@ class DockerUnavailable(RuntimeError):
     """The docker SDK is missing or no engine answers; the message says what to do."""
 
 
-def hardening(settings: Settings, memory_mb: int, *, tmpfs_mb: int = 64) -> dict:
+def hardening(settings: Settings, memory_mb: int) -> dict:
     """docker SDK `containers.create` keyword arguments shared with docker-compose.yml's hardening keys."""
     from docker.types import Mount, Ulimit
 
     return {
         "network_mode": "none", "read_only": True, "init": True, "user": "65534:65534",
         "cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"],
-        "tmpfs": {"/tmp": f"rw,size={tmpfs_mb}m,nosuid,nodev"},
+        "tmpfs": {"/tmp": f"rw,size={settings.tmpfs_mb}m,nosuid,nodev"},
         "pids_limit": settings.max_processes, "mem_limit": f"{memory_mb}m", "memswap_limit": f"{memory_mb}m",
         "nano_cpus": 1_000_000_000,
         "ulimits": [Ulimit(name="nofile", soft=settings.max_open_files, hard=settings.max_open_files),

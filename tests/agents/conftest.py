@@ -8,18 +8,19 @@ answer), so a real rollout reaches the sandbox, as nanochat tests its tool-use e
 from __future__ import annotations
 
 import pytest
+from engine_settings import vllm_engine_kwargs
 from tool_script import OBSERVATION, TURN_1, TURN_2
 
 from agents.models import load_model_and_tokenizer
 from agents.tir_agent import TIRAgent
-from trainer.config.train_config import build_config
+from trainer.setup.build import build_config
 from trainer.sft.train import train_on_sequences
 
 
 def _vllm_engine(model_dir, dtype):
     from agents.engines.vllm import VLLMEngine
 
-    return VLLMEngine(model_dir, dtype=dtype, seed=0, kv_cache_memory_bytes=64 << 20)
+    return VLLMEngine(model_dir, **vllm_engine_kwargs(dtype=dtype), kv_cache_memory_bytes=64 << 20)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from sandbox.execution.in_process import LocalExecutor
 
 TASK = generate_task("test", 0)  # "Compute 8448 * 4126." -> 34856448
 SPEC = EpisodeSpec(seed=0, options={"task_id": TASK.task_id}, group_id=0)
-LIMITS = RolloutLimits(max_new_tokens=64, max_response_tokens=400, max_obs_tokens=64)
+LIMITS = RolloutLimits(max_new_tokens=64, max_response_tokens=400, max_obs_tokens=64, mask_void_turns=False)
 
 
 class CountingRunner:
@@ -105,7 +105,7 @@ def test_a_turn_ended_by_a_configured_stop_token_is_not_run(qwen_tokenizer):
     turn = ids_of(tok, "```python\nprint(1)\n```", end="<|file_sep|>")
     env = TIRMathEnv(max_turns=4, runner=(runner := CountingRunner()))
     engine = ScriptedEngine([(turn, "eos")])
-    limits = RolloutLimits(64, 400, 64, stop_token_ids=[sep])
+    limits = RolloutLimits(64, 400, 64, stop_token_ids=[sep], mask_void_turns=False)
     traj = run_episodes(engine, TIRAgent(tok), [env], [SPEC], limits)[0]
     env.close()
     assert sep in engine.requests[0].stop_token_ids and runner.programs == [] and traj.info["unrun_tool_call"]

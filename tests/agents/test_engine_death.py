@@ -11,6 +11,7 @@ import signal
 import time
 
 import pytest
+from engine_settings import vllm_engine_kwargs
 from tool_script import needs_vllm, varied_requests
 
 from agents.engines.base import EngineDied, GenerationRequest
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.slow, needs_vllm]
 def _engine(model_dir, **kw):
     from agents.engines.vllm import VLLMEngine
 
-    return VLLMEngine(model_dir, dtype="float32", seed=0, kv_cache_memory_bytes=64 << 20, **kw)
+    return VLLMEngine(model_dir, **vllm_engine_kwargs(dtype="float32", **kw), kv_cache_memory_bytes=64 << 20)
 
 
 def _core_and_tree(engine):

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from engine_settings import HF_FP32, hf_engine_kwargs
 from tool_script import recompute, varied_requests
 
 from agents.engines.base import GenerationRequest
@@ -12,7 +13,7 @@ from agents.engines.sampling import truncate_logits
 @pytest.mark.parametrize("dtype,tol", [("float32", 2e-4), ("bfloat16", 0.5)])
 def test_logprobs_match_trainer(model_tok, dtype, tol):
     model, tok = model_tok
-    engine = HFEngine(model, tok, dtype=dtype)
+    engine = HFEngine(model, tok, **hf_engine_kwargs(dtype=dtype))
     requests = varied_requests(tok)
     results = engine.generate(requests, seed=1)
     batch, logp = recompute(model, tok, requests, results)
@@ -24,7 +25,7 @@ def test_logprobs_match_trainer(model_tok, dtype, tol):
 
 def test_sampling_is_seeded_and_greedy_is_deterministic(model_tok):
     model, tok = model_tok
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     a = engine.generate(varied_requests(tok), seed=3)
     b = engine.generate(varied_requests(tok), seed=3)
     assert [r.token_ids for r in a] == [r.token_ids for r in b]
@@ -36,7 +37,7 @@ def test_sampling_is_seeded_and_greedy_is_deterministic(model_tok):
 def test_a_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_batch(model_tok):
     # data-parallel ranks each sample a share of a step's episodes: each must get what one process samples
     model, tok = model_tok
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     requests = varied_requests(tok)
     seeds = [101 + i for i in range(len(requests))]
     whole = engine.generate(requests, seed=seeds)
@@ -49,7 +50,7 @@ def test_a_seeded_request_samples_the_same_tokens_whatever_else_is_in_the_batch(
 
 def test_stop_strings_and_length(model_tok):
     model, tok = model_tok
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     results = engine.generate(varied_requests(tok, max_new=40), seed=0)
     assert all(len(r.token_ids) == 40 and r.finish_reason == "length" for r in results
                if r.finish_reason == "length")
@@ -62,7 +63,7 @@ def test_stop_strings_and_length(model_tok):
 
 def test_update_weights_changes_outputs(model_tok):
     model, tok = model_tok
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     before = engine.generate(varied_requests(tok), greedy=True)
     with torch.no_grad():
         for p in model.parameters():
@@ -84,7 +85,7 @@ def test_submit_hands_back_the_generated_results(model_tok):
     """The rollout drives every engine through `submit`: its futures hold exactly what `generate` returns for the
     same call, and a failed generation fails every future of the call instead of raising past them."""
     model, tok = model_tok
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     futures = engine.submit(varied_requests(tok), seed=4)
     assert all(f.done() for f in futures)
     assert [f.result() for f in futures] == engine.generate(varied_requests(tok), seed=4)

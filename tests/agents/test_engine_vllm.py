@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import gymnasium as gym
 import pytest
 import torch
+from engine_settings import HF_FP32, make_engine_kwargs
 from tool_script import (  # noqa: F401  (fixtures: conftest.py)
     OBSERVATION,
     STOP,
@@ -43,9 +44,10 @@ def test_engine_kinds_resolve_and_reject_unknown(model_tok):
     assert resolve_kind("hf") == "hf" and resolve_kind("vllm") == "vllm"
     has_vllm = importlib.util.find_spec("vllm") is not None
     assert resolve_kind("auto") == ("vllm" if has_vllm else "hf")  # an unknown size: vLLM where it imports
-    assert isinstance(make_engine("hf", model, tok, dtype="float32", gpu_memory_utilization=0.3), HFEngine)
+    settings = make_engine_kwargs(dtype="float32", gpu_memory_utilization=0.3)
+    assert isinstance(make_engine("hf", model, tok, **settings), HFEngine)
     with pytest.raises(ValueError, match="unknown rollout engine 'sglang'; valid: auto, vllm, hf"):
-        make_engine("sglang", model, tok)
+        make_engine("sglang", model, tok, **make_engine_kwargs())
 
 
 def test_auto_chooses_the_engine_by_device_and_model_size(model_tok):
@@ -59,7 +61,7 @@ def test_auto_chooses_the_engine_by_device_and_model_size(model_tok):
     assert auto_engine(small, cuda=False, vllm_only_option=True)[0] == "vllm"  # e.g. the overlapped schedule
     assert auto_engine(None, cuda=False)[0] == "vllm"  # size unknown
     if not torch.cuda.is_available():  # the tiny model here: the transformers engine, no vLLM start
-        assert isinstance(make_engine("auto", model, tok, dtype="float32"), HFEngine)
+        assert isinstance(make_engine("auto", model, tok, **make_engine_kwargs(dtype="float32")), HFEngine)
 
 
 def test_only_expected_reload_gaps_are_silenced():
@@ -189,7 +191,7 @@ def test_update_weights_is_not_stale(vllm_fp32, model_tok):
     requests = varied_requests(tok, max_new=16)
     before = vllm_fp32.generate(requests, greedy=True)  # also fills the prefix cache with old-weight KV
     assert [r.token_ids for r in before] == [r.token_ids for r in
-                                             HFEngine(model, tok, dtype="float32").generate(requests, greedy=True)]
+                                             HFEngine(model, tok, **HF_FP32).generate(requests, greedy=True)]
     new = copy.deepcopy(model)
     with torch.no_grad():
         for p in new.parameters():
@@ -200,7 +202,7 @@ def test_update_weights_is_not_stale(vllm_fp32, model_tok):
     finally:
         vllm_fp32.sync_chunk_bytes = 512 << 20
     after = vllm_fp32.generate(requests, greedy=True)
-    trainer_greedy = HFEngine(new, tok, dtype="float32").generate(requests, greedy=True)
+    trainer_greedy = HFEngine(new, tok, **HF_FP32).generate(requests, greedy=True)
     assert [r.token_ids for r in after] != [r.token_ids for r in before]
     assert [r.token_ids for r in after] == [r.token_ids for r in trainer_greedy]
     batch, logp = recompute(new, tok, requests, after)
@@ -220,7 +222,7 @@ def test_stop_string_ends_turn_and_is_kept(vllm_fp32, tool_caller):
     assert STOP not in tok.decode(stopped.token_ids[:-1])  # the last token completed the stop string
     assert len(free.token_ids) > len(stopped.token_ids) and free.token_ids[:len(stopped.token_ids)] == \
         stopped.token_ids
-    hf = HFEngine(model, tok, dtype="float32").generate([GenerationRequest(prompt, 60, [STOP])], greedy=True)[0]
+    hf = HFEngine(model, tok, **HF_FP32).generate([GenerationRequest(prompt, 60, [STOP])], greedy=True)[0]
     assert hf.token_ids == stopped.token_ids and hf.finish_reason == "stop"
 
 
@@ -265,7 +267,8 @@ def test_multi_turn_rollout_keeps_masks_and_tokens(vllm_fp32, tool_caller):
     specs = [EpisodeSpec(seed=g, options={"split": "train", "index": 1500 + g}, group_id=g)
              for g in range(2) for _ in range(4)]
     try:
-        trajs = run_episodes(vllm_fp32, TIRAgent(tok), envs_, specs, RolloutLimits(48, 200, 32), seed=3)
+        limits = RolloutLimits(48, 200, 32, mask_void_turns=False)
+        trajs = run_episodes(vllm_fp32, TIRAgent(tok), envs_, specs, limits, seed=3)
     finally:
         del vllm_fp32.submit
         for env in envs_:
@@ -320,7 +323,8 @@ def test_vllm_engine_from_a_model_in_memory_shuts_down_without_leftovers(model_t
     model, tok = model_tok
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
-    engine = make_engine("vllm", model, tok, dtype="float32")  # saved to a temp dir, removed after loading
+    # saved to a temp dir, removed after loading
+    engine = make_engine("vllm", model, tok, **make_engine_kwargs(dtype="float32"))
     # The engine core (a direct child titled VLLM::EngineCore) and everything under it; other children that may
     # start meanwhile (a sandbox zygote another test's runner respawns, Python's resource tracker) are not vLLM's.
     cores = [p for p in me.children() if p.pid not in before and "VLLM" in _cmdline(p)]
@@ -402,6 +406,6 @@ def test_sleep_and_wake_up_reach_vllm_where_it_has_sleep_mode(vllm_fp32, model_t
         vllm_fp32.update_weights(model.named_parameters())
         requests = varied_requests(tok)
         assert [r.token_ids for r in vllm_fp32.generate(requests, greedy=True)] == \
-            [r.token_ids for r in HFEngine(model, tok, dtype="float32").generate(requests, greedy=True)]
+            [r.token_ids for r in HFEngine(model, tok, **HF_FP32).generate(requests, greedy=True)]
     finally:
         vllm_fp32._llm, vllm_fp32.sleep_enabled, vllm_fp32._asleep = record.llm, False, False

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agents.models import build_tiny_model, load_model_and_tokenizer, save_pretrained
 from agents.tokenizer import EOS_TOKEN, IM_END, IM_START, train_tokenizer
+from trainer.config.train_config import ModelConfig
 
 # A deterministic corpus rich enough to fill a 1024-token vocabulary: real Python source plus TIR-like transcripts.
 CORPUS = [inspect.getsource(json.encoder), inspect.getsource(textwrap)] + [
@@ -36,6 +37,14 @@ HARD_TEXTS = [
 ]
 
 
+def _tiny(tok, **changes):
+    """The tiny model at the run config's `model.*` shape (and seed 0), `changes` applied."""
+    m = ModelConfig()
+    shape = {"hidden_size": m.hidden_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
+             "num_kv_heads": m.num_kv_heads, "intermediate_size": m.intermediate_size, "seed": 0}
+    return build_tiny_model(tok, **(shape | changes))
+
+
 @pytest.fixture(scope="module")
 def tok():
     return train_tokenizer(CORPUS, vocab_size=1024, extra_special_tokens=["<tool_call>"])
@@ -44,7 +53,7 @@ def tok():
 @pytest.fixture(scope="module")
 def saved(tok, tmp_path_factory):
     """(directory, model) of a saved tiny model; the model is in eval mode."""
-    model = build_tiny_model(tok, seed=3).eval()
+    model = _tiny(tok, seed=3).eval()
     return save_pretrained(model, tok, tmp_path_factory.mktemp("tiny") / "ckpt"), model
 
 
@@ -134,7 +143,7 @@ def test_training_is_deterministic_across_processes(tok, tmp_path):
 
 def test_tiny_model_config_size_and_seeding(tok):
     rng_before = torch.get_rng_state()
-    model = build_tiny_model(tok)
+    model = _tiny(tok)
     assert torch.equal(torch.get_rng_state(), rng_before)  # seeded init leaves the caller's RNG alone
     n_params = sum(p.numel() for p in model.parameters())
     assert 2_000_000 < n_params < 6_000_000, n_params
@@ -145,16 +154,16 @@ def test_tiny_model_config_size_and_seeding(tok):
     assert (gen.eos_token_id, gen.pad_token_id) == (tok.eos_token_id, tok.pad_token_id) == (2, 0)
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # tied
-    same, other = build_tiny_model(tok), build_tiny_model(tok, seed=1)
+    same, other = _tiny(tok), _tiny(tok, seed=1)
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), same.parameters(), strict=True))
     assert not torch.equal(model.model.embed_tokens.weight, other.model.embed_tokens.weight)
 
 
 def test_tiny_model_rejects_head_dims_vllm_cannot_serve(tok):
     with pytest.raises(ValueError, match="must be one of"):
-        build_tiny_model(tok, hidden_size=240, num_heads=4)  # head_dim 60
+        _tiny(tok, hidden_size=240, num_heads=4)  # head_dim 60
     with pytest.raises(ValueError, match="multiple of num_kv_heads"):
-        build_tiny_model(tok, num_heads=4, num_kv_heads=3)
+        _tiny(tok, num_heads=4, num_kv_heads=3)
 
 
 def _batch(tok):

@@ -15,7 +15,16 @@ from transformers import (
 )
 
 from agents.perturbation import LayerwisePerturbation, decoder_layers, noise_seed, parse_layers
+from trainer.config.algo_config import PerturbConfig
 from trainer.objective.losses import aggregate, get_policy_loss
+
+
+def _alp(model, **settings):
+    """A perturbation with the run config's `perturb.*` defaults, `settings` replacing some."""
+    p = PerturbConfig()
+    defaults = {"layers": p.layers, "sigma_init": p.sigma_init, "learnable": p.learnable, "logits_only": p.logits_only,
+                "sigma_mode": p.sigma_mode}
+    return LayerwisePerturbation(model, **(defaults | settings))
 
 
 def _model(dtype=torch.float32, layers=2):
@@ -42,7 +51,7 @@ def _no_hooks(model):
 def test_sigma_zero_is_exactly_the_unperturbed_forward():
     model = _model()
     clean = model(input_ids=IDS).logits
-    pert = LayerwisePerturbation(model, sigma_init=0.0, learnable=False)
+    pert = _alp(model, sigma_init=0.0, learnable=False)
     with pert.active(seed=noise_seed(7)):
         assert torch.equal(model(input_ids=IDS).logits, clean)
 
@@ -54,9 +63,9 @@ def test_works_on_qwen2_qwen3_llama(config_cls, model_cls):
     model = model_cls(config_cls(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                  num_key_value_heads=1, intermediate_size=64)).train()
     clean = model(input_ids=IDS).logits
-    with LayerwisePerturbation(model, sigma_init=0.0, learnable=False).active(seed=0):
+    with _alp(model, sigma_init=0.0, learnable=False).active(seed=0):
         assert torch.equal(model(input_ids=IDS).logits, clean)
-    pert = LayerwisePerturbation(model, sigma_init=0.1)
+    pert = _alp(model, sigma_init=0.1)
     with pert.active(seed=0):
         noisy = model(input_ids=IDS).logits
         noisy.pow(2).mean().backward()
@@ -68,7 +77,7 @@ def test_sigma_to_zero_converges_to_the_unperturbed_forward():
     clean = model(input_ids=IDS).logits
     gaps = []
     for sigma in (1e-1, 1e-3, 1e-5):
-        with LayerwisePerturbation(model, sigma_init=sigma).active(seed=3):
+        with _alp(model, sigma_init=sigma).active(seed=3):
             gaps.append((model(input_ids=IDS).logits - clean).abs().max().item())
     assert gaps[0] > gaps[1] > gaps[2] > 0 and gaps[2] < 1e-3
 
@@ -76,7 +85,7 @@ def test_sigma_to_zero_converges_to_the_unperturbed_forward():
 def _float64_alp(mode):
     """(perturbation at σ0 0.05 on a float64 model, the advantage-weighted loss under its noise of seed 5)."""
     model = _model(torch.float64)
-    pert = LayerwisePerturbation(model, sigma_init=0.05, sigma_mode=mode).double()
+    pert = _alp(model, sigma_init=0.05, sigma_mode=mode).double()
     adv = torch.tensor([[1.0], [-1.0], [0.5]]).double()
 
     def loss_at(seed=5):
@@ -111,7 +120,7 @@ def test_log_sigma_receives_the_gradient_of_the_loss():
 
 def test_hooks_are_removed_on_exit_and_on_exception():
     model = _model()
-    pert = LayerwisePerturbation(model, sigma_init=0.1)
+    pert = _alp(model, sigma_init=0.1)
     with pert.active(seed=1):
         assert all(len(layer._forward_pre_hooks) == 1 for layer in decoder_layers(model))
         with pytest.raises(RuntimeError, match="already"):
@@ -129,7 +138,7 @@ def test_hooks_are_removed_on_exit_and_on_exception():
 def test_checkpoints_never_contain_perturbation_parameters(tmp_path):
     model = _model()
     keys = set(model.state_dict())
-    pert = LayerwisePerturbation(model, sigma_init=0.1)
+    pert = _alp(model, sigma_init=0.1)
     with pert.active(seed=1):
         _logp(model).sum().backward()
     assert set(model.state_dict()) == keys
@@ -143,7 +152,7 @@ def test_checkpoints_never_contain_perturbation_parameters(tmp_path):
 
 def test_noise_same_seed_same_noise_other_seed_different():
     model = _model()
-    pert = LayerwisePerturbation(model, sigma_init=0.1)
+    pert = _alp(model, sigma_init=0.1)
     runs = {}
     for seed in (noise_seed(0), noise_seed(0), noise_seed(1)):
         with pert.active(seed=seed):
@@ -164,7 +173,7 @@ def test_recomputation_under_checkpointing_sees_identical_noise(mode):
         model = _model()
         if checkpointing and mode == "hf_layers":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
-        pert = LayerwisePerturbation(model, sigma_init=0.2)
+        pert = _alp(model, sigma_init=0.2)
         with pert.active(seed=noise_seed(4)):
             if checkpointing and mode == "whole_forward":
                 logp = torch.utils.checkpoint.checkpoint(_logp, model, use_reentrant=False)
@@ -185,7 +194,7 @@ def test_layer_subsets_and_parsing():
         with pytest.raises(ValueError, match="perturb.layers"):
             parse_layers(bad, 4)
     model = _model(layers=3)
-    pert = LayerwisePerturbation(model, layers="1-2", sigma_init=0.1)
+    pert = _alp(model, layers="1-2", sigma_init=0.1)
     with pert.active(seed=0):
         assert [len(layer._forward_pre_hooks) for layer in decoder_layers(model)] == [0, 1, 1]
         _logp(model).mean().backward()
@@ -197,7 +206,7 @@ def test_layer_subsets_and_parsing():
 def test_logits_only_variant():
     model = _model()
     clean = model(input_ids=IDS).logits
-    pert = LayerwisePerturbation(model, sigma_init=0.5, logits_only=True)
+    pert = _alp(model, sigma_init=0.5, logits_only=True)
     with pert.active(seed=2):
         noisy = model(input_ids=IDS).logits
         noisy.float().pow(2).mean().backward()
@@ -212,7 +221,7 @@ def test_effective_fraction_reveals_bf16_rounding():
     fracs = {}
     for dtype in (torch.float32, torch.bfloat16):
         model = _model(dtype)
-        pert = LayerwisePerturbation(model, sigma_init=1e-6)
+        pert = _alp(model, sigma_init=1e-6)
         with pert.active(seed=0):
             model(input_ids=IDS)
         fracs[dtype] = pert.metrics()["perturb/effective_frac"]
@@ -221,7 +230,7 @@ def test_effective_fraction_reveals_bf16_rounding():
 
 def test_param_group_and_validation():
     model = _model()
-    pert = LayerwisePerturbation(model, sigma_init=0.02)
+    pert = _alp(model, sigma_init=0.02)
     opt = torch.optim.AdamW([{"params": list(model.parameters())}, pert.param_group(lr=1e-2, weight_decay=0.01)],
                             lr=1e-3)
     assert opt.param_groups[1]["lr"] == 1e-2 and opt.param_groups[1]["params"][0] is pert.log_sigma
@@ -232,16 +241,16 @@ def test_param_group_and_validation():
     assert not torch.equal(before, pert.log_sigma.detach())
     assert pert.metrics()["perturb/sigma_mean"] == pytest.approx(math.exp(pert.log_sigma.mean().item()), rel=0.05)
     with pytest.raises(ValueError, match="fixed"):
-        LayerwisePerturbation(model, sigma_init=0.1, learnable=False).param_group(lr=1e-3)
+        _alp(model, sigma_init=0.1, learnable=False).param_group(lr=1e-3, weight_decay=0.01)
     with pytest.raises(ValueError, match="sigma_init"):
-        LayerwisePerturbation(model, sigma_init=0.0, learnable=True)
+        _alp(model, sigma_init=0.0, learnable=True)
 
 
 def test_noise_is_the_seeded_draw_whatever_ran_before():
     # ε_l is randn from a fresh Generator seeded seed + l: the kept per-device generator is re-seeded before
     # every draw (never a continuing stream), so another seed in between or a backward changes nothing
     model = _model(torch.float64)
-    pert = LayerwisePerturbation(model, sigma_init=0.1).double()
+    pert = _alp(model, sigma_init=0.1).double()
     layers = decoder_layers(model)
     clean, noisy = {}, {}
     handles = [layers[i].register_forward_pre_hook(  # registered first: runs before the noise hook, sees h
@@ -270,7 +279,7 @@ def test_kept_noise_on_cpu_gives_the_regenerated_gradient(monkeypatch):
     real = module._noise
     monkeypatch.setattr(module, "_noise", lambda like, seed, gen: draws.append(seed) or real(like, seed, gen))
     model = _model(torch.float64)
-    pert = LayerwisePerturbation(model, sigma_init=0.05).double()
+    pert = _alp(model, sigma_init=0.05).double()
     with pert.active(seed=9):
         _logp(model).mean().backward()
     kept, grad_kept = len(draws), pert.log_sigma.grad.clone()
@@ -287,7 +296,7 @@ def test_kept_noise_on_cpu_gives_the_regenerated_gradient(monkeypatch):
 
 def test_effective_fraction_samples_the_first_micro_batch_after_each_metrics_call():
     model = _model(torch.bfloat16)
-    pert = LayerwisePerturbation(model, sigma_init=1e-6)
+    pert = _alp(model, sigma_init=1e-6)
     with pert.active(seed=0):
         model(input_ids=IDS)
     checked_once = pert._checked
@@ -332,14 +341,14 @@ def test_relative_sigma_is_that_share_of_the_hidden_state_on_any_width(hidden):
     # σ0 = 0.01 in relative mode adds noise of 1% of rms(h) per token on a narrow and a wide model, while the
     # same absolute σ0 means a different share on each (their hidden-state scales differ)
     model = _wide_model(hidden)
-    pert = LayerwisePerturbation(model, sigma_init=0.01, sigma_mode="relative")
+    pert = _alp(model, sigma_init=0.01, sigma_mode="relative")
     assert _measured_relative_noise(model, pert) == pytest.approx(0.01, rel=0.05)
     metrics = pert.metrics()
     for layer in range(2):
         assert metrics[f"perturb/rel_noise/layer_{layer}"] == pytest.approx(0.01, rel=0.05)
     assert metrics["perturb/sigma/layer_0"] == pytest.approx(0.01)  # σ itself is the relative scale
 
-    absolute = LayerwisePerturbation(model, sigma_init=0.01)
+    absolute = _alp(model, sigma_init=0.01)
     with absolute.active(seed=4):
         model(input_ids=LONG_IDS)
     rms0 = model.get_input_embeddings()(LONG_IDS).pow(2).mean(-1).sqrt()  # (8, 32) layer 0's rms(h)
@@ -358,7 +367,7 @@ def test_zero_sigma_is_bit_identical_to_the_unperturbed_loss_in_both_modes(mode,
     grads = []
     for perturbed in (False, True):
         model = _model()
-        pert = LayerwisePerturbation(model, sigma_init=0.0, learnable=False, sigma_mode=mode)
+        pert = _alp(model, sigma_init=0.0, learnable=False, sigma_mode=mode)
         with pert.active(seed=11) if perturbed else torch.enable_grad():
             per_token, _ = loss_fn(_logp(model), rollout, rollout, adv, mask, upd_level=level, clip_low=0.5,
                                    clip_high=3.0, clip_dual=3.0)
@@ -388,4 +397,4 @@ def test_relative_log_sigma_gradient_matches_finite_differences_on_both_paths(mo
 
 def test_an_unknown_sigma_mode_is_refused():
     with pytest.raises(ValueError, match="sigma_mode='percent'.*absolute, relative"):
-        LayerwisePerturbation(_model(), sigma_init=0.01, sigma_mode="percent")
+        _alp(_model(), sigma_init=0.01, sigma_mode="percent")

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 
 import openai
 import pytest
+from engine_settings import HF_FP32
 from tool_script import needs_vllm
 
 from agents.endpoint import tir_harness
@@ -58,7 +59,8 @@ def same_stream(native, harness) -> None:
 
 
 def source(engine, agent, tok, envs, harness, limits, style, **kw) -> HarnessSource:
-    settings = EndpointSettings(limits.max_new_tokens, limits.max_response_tokens, tool_format=style)
+    settings = EndpointSettings(limits.max_new_tokens, limits.max_response_tokens, tool_format=style,
+                                temperature=1.0, top_p=1.0, top_k=0)
     return HarnessSource(engine, agent, tok, envs, harness, settings, **kw)
 
 
@@ -70,8 +72,8 @@ def test_an_openai_client_agent_samples_the_native_tir_rollout_token_for_token(r
     """The tool caller runs code (a multi-turn stream, observations masked in between); the random tiny model
     samples near-uniform tokens, which only the per-call seeds can make equal to the native rollout's."""
     model, tok = request.getfixturevalue(policy)
-    engine = HFEngine(model, tok, dtype="float32")
-    agent, limits = TIRAgent(tok, "simpletir"), RolloutLimits(48, 160, 64)
+    engine = HFEngine(model, tok, **HF_FP32)
+    agent, limits = TIRAgent(tok, "simpletir"), RolloutLimits(48, 160, 64, mask_void_turns=False)
     native = run_episodes(engine, agent, envs_for(runner, "simpletir"), SPECS, limits, seed=123)
     played = source(engine, agent, tok, envs_for(runner, "simpletir"), tir_harness.play, limits, "simpletir")
     trajs, metrics = played.expand(played.run(SPECS, 123))
@@ -96,7 +98,7 @@ def test_on_vllm_the_endpoints_concurrent_calls_sample_the_native_rollouts_token
     """vLLM takes the endpoint's calls as they come (no dispatcher): the same seeds give the same streams."""
     model, tok = tool_caller
     vllm_fp32.update_weights(model.named_parameters())
-    agent, limits = TIRAgent(tok, "simpletir"), RolloutLimits(48, 160, 64)
+    agent, limits = TIRAgent(tok, "simpletir"), RolloutLimits(48, 160, 64, mask_void_turns=False)
     native = run_episodes(vllm_fp32, agent, envs_for(runner, "simpletir"), SPECS, limits, seed=11)
     played = source(vllm_fp32, agent, tok, envs_for(runner, "simpletir"), tir_harness.play, limits, "simpletir")
     trajs, metrics = played.expand(played.run(SPECS, 11))
@@ -142,7 +144,7 @@ def hermes_script(tok):
 
 def test_hermes_tool_calls_come_back_as_openai_tool_calls_and_stitch_as_the_native_tool_turns(tiny_tokenizer, runner):
     tok = tiny_tokenizer
-    agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64)
+    agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64, mask_void_turns=False)
     assert agent.tool_turn is not None and agent.stop_strings(0) == []  # the tiny template renders tool turns
     native = run_episodes(ScriptEngine(tok, hermes_script(tok)), agent, envs_for(runner, "hermes"), SPECS, limits)
     seen = []
@@ -176,7 +178,7 @@ def test_hermes_tool_calls_come_back_as_openai_tool_calls_and_stitch_as_the_nati
 
 def test_a_harness_that_edits_its_history_makes_a_prefix_break_and_two_samples(tiny_tokenizer, runner):
     tok = tiny_tokenizer
-    agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64)
+    agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64, mask_void_turns=False)
 
     async def editing(task: HarnessTask, base_url: str, api_key: str):
         async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
@@ -231,7 +233,7 @@ def call_with(**overrides):
 def test_bad_requests_answer_openai_errors_and_their_episode_is_marked_not_lost(
         tiny_tokenizer, runner, overrides, max_model_len, status, code, param, reason):
     tok = tiny_tokenizer
-    agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64)
+    agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64, mask_void_turns=False)
     engine = ScriptEngine(tok, hermes_script(tok), max_model_len=max_model_len)
     played = source(engine, agent, tok, envs_for(runner, "hermes", 2), call_with(**overrides), limits, "hermes")
     trajs, _ = played.expand(played.run(SPECS[:2], 0))
@@ -247,7 +249,7 @@ def test_bad_requests_answer_openai_errors_and_their_episode_is_marked_not_lost(
 
 def test_a_harness_that_raises_times_out_or_returns_no_reward_is_marked(tiny_tokenizer, runner):
     tok = tiny_tokenizer
-    agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64)
+    agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64, mask_void_turns=False)
 
     async def flaky(task: HarnessTask, base_url: str, api_key: str):
         if task.index == 3:
@@ -280,7 +282,8 @@ def standalone(tiny_tokenizer):
                           else ("fine", "eos", end))
     recorder = Recorder(200, lambda ids: tok.decode(ids), open_episodes=True)
     sampler = Sampler(engine)
-    service = PolicyService(tok, sampler, recorder, EndpointSettings(32, 200, seed=0), max_model_len=4096)
+    settings = EndpointSettings(32, 200, seed=0, temperature=1.0, top_p=1.0, top_k=0)
+    service = PolicyService(tok, sampler, recorder, settings, max_model_len=4096)
     with EndpointServer(service) as server:
         yield server, recorder, tok
     sampler.close()

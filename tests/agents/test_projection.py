@@ -10,7 +10,8 @@ from agents.env_families import make_env
 from agents.household_agent import UNVISITED_PREFIX, StepContext
 from agents.projection import ActionProjection, project
 from trainer.config.errors import ConfigError
-from trainer.config.train_config import TrainConfig, build_config
+from trainer.config.train_config import TrainConfig
+from trainer.setup.build import build_config
 
 ADMISSIBLE = ["go to cabinet 1", "go to cabinet 2", "open drawer 1", "take apple 1 from countertop 1"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_settings import HF_FP32, make_engine_kwargs
 from qwen_script import OBSERVATIONS, TASK
 from qwen_vocab import FIRST_ADDED_ID, always_emit, tiny_qwen_model
 from test_ended_turns import SPEC, CountingRunner
@@ -29,7 +30,7 @@ from trainer.objective.logprobs import compute_logprobs
 from trainer.objective.types import collate
 
 IM_END = 151645
-LIMITS = RolloutLimits(max_new_tokens=16, max_response_tokens=64, max_obs_tokens=16)
+LIMITS = RolloutLimits(max_new_tokens=16, max_response_tokens=64, max_obs_tokens=16, mask_void_turns=False)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def play_one(engine, tok, limits=LIMITS, style="simpletir", greedy=False):
 
 def test_transformers_engine_ends_a_base_checkpoints_turn_at_im_end(im_end_writer):
     model, tok = im_end_writer
-    engine = make_engine("hf", model, tok, dtype="float32")
+    engine = make_engine("hf", model, tok, **make_engine_kwargs(dtype="float32"))
     request = GenerationRequest(TIRAgent(tok).prompt_ids(TASK.question, {}), 8)
     assert engine.generate([request])[0].token_ids == [IM_END] * 8  # eos alone: the turn never ends
     traj, _ = play_one(engine, tok)
@@ -61,13 +62,13 @@ def test_transformers_engine_ends_a_base_checkpoints_turn_at_im_end(im_end_write
 
 def test_transformers_engine_stops_on_the_generation_configs_eos_list_as_vllm_does(qwen_tokenizer):
     instruct_config = tiny_qwen_model(eos_ids=[IM_END, FIRST_ADDED_ID], hidden_size=32)
-    engine = HFEngine(instruct_config, qwen_tokenizer, dtype="float32")
+    engine = HFEngine(instruct_config, qwen_tokenizer, **HF_FP32)
     assert engine.eos_token_ids == [FIRST_ADDED_ID, IM_END]
 
 
 def test_a_configured_stop_token_reaches_every_request(im_end_writer):
     """`rollout.stop_token_ids` -> RolloutLimits -> each request's stop ids, after the derived ones."""
-    from trainer.config.train_config import build_config
+    from trainer.setup.build import build_config
     from trainer.tasks import rollout_limits
 
     model, tok = im_end_writer
@@ -80,7 +81,7 @@ def test_a_configured_stop_token_reaches_every_request(im_end_writer):
             seen.extend(r.stop_token_ids for r in requests)
             return super().generate(requests, **kwargs)
 
-    play_one(Recording(model, tok, dtype="float32"), tok, limits=limits)
+    play_one(Recording(model, tok, **HF_FP32), tok, limits=limits)
     assert seen == [end_of_turn_ids(tok) + [151664]] == [[FIRST_ADDED_ID, IM_END, 151664]]
 
 
@@ -93,7 +94,7 @@ def test_vllm_ends_a_base_checkpoints_turn_at_im_end_as_the_transformers_engine(
     assert qwen_vllm.generate([request])[0].token_ids == [IM_END] * 8  # vLLM's own eos set: the turn never ends
     traj, _ = play_one(qwen_vllm, tok)
     assert traj.response_ids == [IM_END] and traj.loss_mask == [1] and traj.info["message_closed"]
-    hf, _ = play_one(make_engine("hf", model, tok, dtype="float32"), tok)
+    hf, _ = play_one(make_engine("hf", model, tok, **make_engine_kwargs(dtype="float32")), tok)
     assert (hf.response_ids, hf.loss_mask) == (traj.response_ids, traj.loss_mask)
 
 
@@ -107,7 +108,8 @@ def test_tir_episode_through_vllm_keeps_sampled_ids_masks_and_log_probs(qwen_vll
     model, tok, scripts = qwen_tool_caller
     expected = scripts[style]
     qwen_vllm.update_weights(model.named_parameters())
-    traj, runner = play_one(qwen_vllm, tok, RolloutLimits(64, 300, 64), style=style, greedy=True)
+    limits = RolloutLimits(64, 300, 64, mask_void_turns=False)
+    traj, runner = play_one(qwen_vllm, tok, limits, style=style, greedy=True)
     assert traj.prompt_ids == expected.prompt
     assert traj.response_ids == expected.turn_1 + expected.observation + expected.turn_2  # nothing re-tokenized
     assert traj.loss_mask == expected.sequence[1][len(expected.prompt):]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
+from engine_settings import HF_FP32
 from tool_script import needs_vllm
 
 import envs  # noqa: F401  (registers alprl/WebShop-v0)
@@ -17,7 +18,8 @@ from agents.engines.hf import HFEngine
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.webshop_agent import WebShopAgent
 
-LIMITS = RolloutLimits(max_new_tokens=8, max_response_tokens=4000, max_obs_tokens=700)  # budget > context
+# budget > context
+LIMITS = RolloutLimits(max_new_tokens=8, max_response_tokens=4000, max_obs_tokens=700, mask_void_turns=False)
 
 
 class CountSteps(gym.Wrapper):
@@ -43,7 +45,7 @@ def _run(engine, tok, overlap=None):
 
 def test_hf_engine_cuts_requests_at_the_models_context(model_tok):
     model, tok = model_tok
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     assert engine.max_model_len == model.config.max_position_embeddings == 1024
     near, full = engine.generate([GenerationRequest([5] * 1020, 40), GenerationRequest([5] * 1024, 40)], seed=0)
     assert len(near.token_ids) <= 4 and (near.finish_reason != "length" or len(near.token_ids) == 4)
@@ -53,7 +55,7 @@ def test_hf_engine_cuts_requests_at_the_models_context(model_tok):
 
 def test_full_context_ends_the_episode_hf(model_tok):
     model, tok = model_tok
-    _run(HFEngine(model, tok, dtype="float32"), tok)
+    _run(HFEngine(model, tok, **HF_FP32), tok)
 
 
 @pytest.mark.slow
@@ -67,7 +69,7 @@ def test_full_context_ends_the_episode_vllm(vllm_fp32, model_tok, overlap):
 
 def test_a_prompt_that_fills_the_context_ends_the_episode_before_any_step(model_tok):
     model, tok = model_tok
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     engine.max_model_len = 50  # shorter than the WebShop prompt: the first turn gets no tokens
     env = CountSteps(gym.make("alprl/WebShop-v0", num_products=300))
     (t,) = run_episodes(engine, WebShopAgent(tok), [env], [EpisodeSpec(seed=0, options={}, group_id=0)], LIMITS)

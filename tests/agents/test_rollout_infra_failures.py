@@ -19,6 +19,7 @@ from concurrent.futures import Future
 import gymnasium as gym
 import pytest
 import torch
+from engine_settings import HF_FP32
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.engines.base import EngineDied
@@ -26,7 +27,6 @@ from agents.engines.hf import HFEngine
 from agents.rollout import EpisodeSpec, RolloutLimits, infra_failure_reason, run_episodes
 from agents.tir_agent import TIRAgent
 from sandbox.deploy.local_server import start_server
-from trainer.config.train_config import build_config
 from trainer.loop import compute_advantages
 from trainer.objective.advantages import broadcast_advantages, group_advantages
 from trainer.objective.infra_failures import (
@@ -36,8 +36,9 @@ from trainer.objective.infra_failures import (
     settle_infra_failures,
 )
 from trainer.objective.types import collate
+from trainer.setup.build import build_config
 
-LIMITS = RolloutLimits(48, 200, 32)
+LIMITS = RolloutLimits(48, 200, 32, mask_void_turns=False)
 DEAD = "http://127.0.0.1:1"  # nothing listens there: every try is refused
 RIGHT, WRONG = 0, 1  # dataset rows; the tool caller always answers 4517277
 TASKS = [RIGHT, WRONG, RIGHT, RIGHT, RIGHT, WRONG]
@@ -47,7 +48,7 @@ FAILING = (3, 5)  # their client points at DEAD: group 0 loses a 1 to the outage
 
 @pytest.fixture(scope="module")
 def sandbox_url():
-    uid_base = 30000 + (os.getpid() % 40) * 1500 + 900  # beside tests/trainer/test_sandbox_outage.py's ranges
+    uid_base = 30000 + (os.getpid() % 40) * 1500 + 900  # beside tests/trainer/runtime/test_sandbox_outage.py's ranges
     with start_server(workers=2, max_sessions=0, uid_base=uid_base, preload_heavy="") as srv:
         yield srv.url
 
@@ -88,7 +89,7 @@ def play(engine, tok, problems: str, urls: list[str], tasks=TASKS, groups=GROUPS
 def played(tool_caller, sandbox_url, problems):
     model, tok = tool_caller
     urls = [DEAD if i in FAILING else sandbox_url for i in range(len(TASKS))]
-    return play(HFEngine(model, tok, dtype="float32"), tok, problems, urls)
+    return play(HFEngine(model, tok, **HF_FP32), tok, problems, urls)
 
 
 def advantages(algorithm: str, policy: str, trajs) -> torch.Tensor:
@@ -148,7 +149,7 @@ def test_zero_keeps_the_fake_zero_in_its_group(played):
 
 def test_resample_replaces_the_failed_episodes(tool_caller, sandbox_url, problems, played):
     model, tok = tool_caller
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     urls = [DEAD if i in FAILING else sandbox_url for i in range(len(TASKS))]
     trajs = play(engine, tok, problems, urls, resample=True)  # replays run on the first envs, which answer
     assert [t.infra_failure for t in trajs] == [None] * len(TASKS)
@@ -186,26 +187,26 @@ class FailsOneRequest:
 def test_an_engine_error_ends_one_episode_and_a_dead_engine_the_rollout(tool_caller, sandbox_url, problems):
     model, tok = tool_caller
     aborted = RuntimeError("vLLM request ended with finish_reason='abort' (aborted); check the engine log")
-    engine = FailsOneRequest(HFEngine(model, tok, dtype="float32"), 1, aborted)
+    engine = FailsOneRequest(HFEngine(model, tok, **HF_FP32), 1, aborted)
     trajs = play(engine, tok, problems, [sandbox_url] * 3, tasks=[RIGHT] * 3, groups=[0] * 3)
     assert [t.infra_failure for t in trajs] == [None, "engine_error", None]
     assert "aborted" in trajs[1].info["engine_error"] and trajs[1].info["turns"] == 0
     assert [t.reward for t in trajs] == [1.0, 0.0, 1.0]  # the others played on
-    dead = FailsOneRequest(HFEngine(model, tok, dtype="float32"), 1, EngineDied("the engine core was killed"))
+    dead = FailsOneRequest(HFEngine(model, tok, **HF_FP32), 1, EngineDied("the engine core was killed"))
     with pytest.raises(EngineDied):
         play(dead, tok, problems, [sandbox_url] * 3, tasks=[RIGHT] * 3, groups=[0] * 3)
 
 
 def test_a_context_filled_by_the_tool_output_is_not_the_policys(tool_caller, sandbox_url, problems):
     model, tok = tool_caller
-    (full,) = play(HFEngine(model, tok, dtype="float32"), tok, problems, [sandbox_url], tasks=[RIGHT], groups=[0])
+    (full,) = play(HFEngine(model, tok, **HF_FP32), tok, problems, [sandbox_url], tasks=[RIGHT], groups=[0])
     turn_end, next_turn = full.turn_spans[0][1], full.turn_spans[1][0]
     prompt = len(full.prompt_ids)
     for context, infra in ((prompt + turn_end + (next_turn - turn_end) // 2, "context_overflow"),  # output cut
                            (prompt + turn_end, None)):  # the policy's own turn filled it: nothing left for output
         small = copy.deepcopy(model)
         small.config.max_position_embeddings = context  # an engine whose context is this long
-        (t,) = play(HFEngine(small, tok, dtype="float32"), tok, problems, [sandbox_url], tasks=[RIGHT], groups=[0])
+        (t,) = play(HFEngine(small, tok, **HF_FP32), tok, problems, [sandbox_url], tasks=[RIGHT], groups=[0])
         assert t.info["context_exhausted"] and t.reward == 0.0 and len(t.prompt_ids) + len(t.response_ids) == context
         assert t.infra_failure == infra
         assert any(t.loss_mask) == (infra is None)
@@ -213,8 +214,9 @@ def test_a_context_filled_by_the_tool_output_is_not_the_policys(tool_caller, san
 
 def test_timeouts_the_policy_did_not_cause_are_marked_and_its_own_are_not(tool_caller, sandbox_url, problems):
     model, tok = tool_caller
-    limits = RolloutLimits(48, 200, 32, episode_timeout_s=1e-9)  # the call's deadline passes before any turn
-    trajs = play(HFEngine(model, tok, dtype="float32"), tok, problems, [sandbox_url] * 2, tasks=[RIGHT] * 2,
+    # the call's deadline passes before any turn
+    limits = RolloutLimits(48, 200, 32, episode_timeout_s=1e-9, mask_void_turns=False)
+    trajs = play(HFEngine(model, tok, **HF_FP32), tok, problems, [sandbox_url] * 2, tasks=[RIGHT] * 2,
                  groups=[0, 0], limits=limits)
     assert [t.infra_failure for t in trajs] == ["episode_timeout"] * 2
     env = gym.make("alprl/TIRMath-v0", dataset=problems, sandbox_url=sandbox_url, run_timeout_s=0.5)

@@ -10,20 +10,21 @@ from __future__ import annotations
 import dataclasses
 
 import gymnasium as gym
+from engine_settings import HF_FP32
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.engines.hf import HFEngine
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
 
-LIMITS = RolloutLimits(48, 200, 32)
+LIMITS = RolloutLimits(48, 200, 32, mask_void_turns=False)
 
 
 def _play(model, tok, limits, greedy=False, **env_kwargs):
     envs_ = [gym.make("alprl/TIRMath-v0", task_types=["multiply"], max_turns=3, **env_kwargs) for _ in range(4)]
     specs = [EpisodeSpec(seed=g, options={"split": "train", "index": 1500 + g}, group_id=g) for g in range(4)]
     try:
-        return run_episodes(HFEngine(model, tok, dtype="float32"), TIRAgent(tok), envs_, specs, limits, seed=7,
+        return run_episodes(HFEngine(model, tok, **HF_FP32), TIRAgent(tok), envs_, specs, limits, seed=7,
                             greedy=greedy)
     finally:
         for env in envs_:

@@ -13,6 +13,7 @@ import time
 
 import gymnasium as gym
 import pytest
+from engine_settings import HF_FP32, make_engine_kwargs
 from tool_script import needs_vllm
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
@@ -21,7 +22,7 @@ from agents.engines.hf import HFEngine
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.tir_agent import TIRAgent
 
-LIMITS = RolloutLimits(48, 200, 32)
+LIMITS = RolloutLimits(48, 200, 32, mask_void_turns=False)
 
 
 class SlowStep(gym.Wrapper):
@@ -111,7 +112,7 @@ def _check_timeouts(engine, tok, overlap):
     """A 0.6 s step and a 0.5 s episode budget: episodes stop after their first turn, truncated, reward 0 (the
     tool caller would otherwise answer on turn 2 and the env would end the episode). Greedy: the tool caller's
     script, so no sampled first turn ends the episode before the timeout is checked."""
-    limits = RolloutLimits(48, 200, 32, episode_timeout_s=0.5)
+    limits = RolloutLimits(48, 200, 32, episode_timeout_s=0.5, mask_void_turns=False)
     envs_ = _envs(4, delay=0.6)
     started = time.monotonic()
     trajs = run_episodes(engine, TIRAgent(tok), envs_, _specs(4), limits, greedy=True, overlap=overlap)
@@ -128,7 +129,7 @@ def _check_timeouts(engine, tok, overlap):
 
 def test_episode_timeout_truncates_with_zero_reward(tool_caller):
     model, tok = tool_caller
-    _check_timeouts(HFEngine(model, tok, dtype="float32"), tok, overlap=False)
+    _check_timeouts(HFEngine(model, tok, **HF_FP32), tok, overlap=False)
 
 
 @pytest.mark.slow
@@ -149,16 +150,16 @@ def test_vllm_cpu_defaults_to_turn_by_turn(vllm_fp32):
 def test_schedule_choices_are_checked(tool_caller):
     model, tok = tool_caller
     with pytest.raises(ValueError, match="unknown rollout schedule 'eager'; valid: auto, overlapped, turn_by_turn"):
-        make_engine("hf", model, tok, schedule="eager")
+        make_engine("hf", model, tok, **make_engine_kwargs(schedule="eager"))
     with pytest.raises(ValueError, match="rollout.schedule=overlapped needs an engine that takes concurrent"):
-        make_engine("hf", model, tok, schedule="overlapped")
+        make_engine("hf", model, tok, **make_engine_kwargs(schedule="overlapped"))
     with pytest.raises(ValueError, match="overlap=True needs an engine that takes concurrent callers"):
-        run_episodes(HFEngine(model, tok), TIRAgent(tok), _envs(1), _specs(1), LIMITS, overlap=True)
+        run_episodes(HFEngine(model, tok, **HF_FP32), TIRAgent(tok), _envs(1), _specs(1), LIMITS, overlap=True)
 
 
 def test_hf_engine_runs_turn_by_turn_and_overlap_is_only_for_concurrent_engines(tool_caller):
     model, tok = tool_caller
-    engine = HFEngine(model, tok, dtype="float32")
+    engine = HFEngine(model, tok, **HF_FP32)
     assert engine.concurrent_callers is False and engine.overlap_episodes is False
     seen = set()
     generate = engine.generate

@@ -71,7 +71,8 @@ class Room(gym.Env):
 def _play(max_response_tokens):
     specs = [EpisodeSpec(seed=0, options={}, group_id=0)]
     return run_episodes(ScriptedEngine(), WordAgent(), [Room()], specs,
-                        RolloutLimits(max_new_tokens=2, max_response_tokens=max_response_tokens, max_obs_tokens=64),
+                        RolloutLimits(max_new_tokens=2, max_response_tokens=max_response_tokens, max_obs_tokens=64,
+                                      mask_void_turns=False),
                         seed=1)[0]
 
 
@@ -108,7 +109,8 @@ class HintedRoom(Room):
 def test_a_steps_anchor_obs_is_the_state_when_the_env_gives_one():
     specs = [EpisodeSpec(seed=0, options={}, group_id=0)]
     t = run_episodes(ScriptedEngine(), WordAgent(), [HintedRoom()], specs,
-                     RolloutLimits(max_new_tokens=2, max_response_tokens=200, max_obs_tokens=64), seed=1)[0]
+                     RolloutLimits(max_new_tokens=2, max_response_tokens=200, max_obs_tokens=64,
+                                   mask_void_turns=False), seed=1)[0]
     # the shown text differs at every step (the step counter); the anchor keys still match across steps 1 and 2
     assert t.turn_states == ["Start room", "You see a box.", "You see a box.", "The box is open."]
 

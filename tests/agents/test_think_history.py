@@ -18,8 +18,9 @@ from app.cli import main
 from envs.tir.env import TIRMathEnv
 from envs.tir.styles import get_style
 from trainer.config.errors import ConfigError
-from trainer.config.train_config import EnvConfig, build_config
-from trainer.config.validation import validate_model_shape
+from trainer.config.train_config import EnvConfig
+from trainer.setup.build import build_config
+from trainer.setup.file_checks import validate_model_shape
 
 HERMES = get_style("hermes")
 CODE = "print(8448 * 4126)"

@@ -4,7 +4,7 @@ of the sampled tokens equal the engine's, so the mean ratio, every correction we
 ALP's perturbed one are 1, where the full softmax would put the kept mass M < 1 into each of them. Under a real
 mismatch a sampled token can fall outside the trainer's kept set: it stays finite and is counted.
 
-Hand-computed cases and the kept set against vLLM's function: tests/trainer/test_truncation.py.
+Hand-computed cases and the kept set against vLLM's function: tests/trainer/objective/test_truncation.py.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import copy
 
 import pytest
 import torch
+from engine_settings import make_engine_kwargs
 from tool_script import needs_vllm, varied_requests  # noqa: F401  (fixtures: conftest.py)
 
 from agents.engines import make_engine
@@ -77,7 +78,7 @@ def _assert_every_ratio_is_one(model, batch, top_p, top_k, tol):
 @pytest.mark.parametrize("top_p,top_k", SETTINGS)
 def test_transformers_engine_and_trainer_agree_under_truncation(model_tok, top_p, top_k):
     model, tok = model_tok
-    engine = make_engine("hf", model, tok, dtype="float32", top_p=top_p, top_k=top_k)
+    engine = make_engine("hf", model, tok, **make_engine_kwargs(dtype="float32", top_p=top_p, top_k=top_k))
     assert (engine.top_p, engine.top_k) == (top_p, top_k)
     batch = _sampled_batch(engine, tok)
     _assert_every_ratio_is_one(model, batch, top_p, top_k, FP32_TOL)
@@ -101,12 +102,14 @@ def test_the_update_alp_and_the_ratio_probe_replay_the_truncation(model_tok):
     # update_policy with the settings a run builds, and Table 5's probe with its extra perturbed forwards
     model, tok = model_tok
     top_p = 0.8
-    batch = _sampled_batch(make_engine("hf", model, tok, dtype="float32", top_p=top_p), tok)
+    engine = make_engine("hf", model, tok, **make_engine_kwargs(dtype="float32", top_p=top_p))
+    batch = _sampled_batch(engine, tok)
     algo = AlgoConfig(policy_loss="bypass")
     batch.old_logp, _ = _replayed(model, batch, top_p, 0)
     batch.advantages = batch.loss_mask.clone()
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
-    alp = LayerwisePerturbation(model, "all", sigma_init=0.0, learnable=False)
+    alp = LayerwisePerturbation(model, layers="all", sigma_init=0.0, learnable=False, logits_only=False,
+                                sigma_mode="absolute")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay θ_old for the second update
     rows = torch.arange(len(batch))
 
@@ -124,7 +127,7 @@ def test_the_update_alp_and_the_ratio_probe_replay_the_truncation(model_tok):
 
 def test_a_token_outside_the_trainers_set_stays_finite_and_is_counted(model_tok):
     model, tok = model_tok
-    batch = _sampled_batch(make_engine("hf", model, tok, dtype="float32", top_k=2), tok)
+    batch = _sampled_batch(make_engine("hf", model, tok, **make_engine_kwargs(dtype="float32", top_k=2)), tok)
     trainer = copy.deepcopy(model)  # another policy: its top 2 often miss the sampler's token
     with torch.no_grad():
         for p in trainer.parameters():
@@ -139,7 +142,7 @@ def test_a_token_outside_the_trainers_set_stays_finite_and_is_counted(model_tok)
 
 def test_keeping_every_token_runs_the_full_softmax_path_unchanged(model_tok, monkeypatch):
     model, tok = model_tok
-    batch = _sampled_batch(make_engine("hf", model, tok, dtype="float32"), tok)
+    batch = _sampled_batch(make_engine("hf", model, tok, **make_engine_kwargs(dtype="float32")), tok)
 
     def no_replay(*args, **kwargs):
         raise AssertionError("top_p = 1 and top_k = 0 must not select a kept set")

@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 import torch
+from engine_settings import vllm_engine_kwargs
 from tool_script import needs_vllm
 
 from agents.engines import vllm_logs
@@ -98,7 +99,7 @@ if __name__ == "__main__":  # vLLM spawns its processes: they re-import this fil
     torch.set_num_threads(1)
     hf_logging.disable_progress_bar()  # as alprl's CLI does: transformers' bars are not vLLM's
     model, _ = load_model_and_tokenizer({model!r})
-    engine = VLLMEngine({model!r}, dtype="float32", seed=0, kv_cache_memory_bytes=64 << 20)
+    engine = VLLMEngine({model!r}, **{settings!r}, kv_cache_memory_bytes=64 << 20)
     engine.update_weights(model.named_parameters())  # a weight sync says nothing either
     print("ALPRL generated", len(engine.generate([GenerationRequest([5, 6, 7], 8)], seed=1)[0].token_ids), flush=True)
     engine.close()
@@ -112,7 +113,8 @@ SPAWNED_IMPORT_LINE = "Triton is installed, but doesn't include CPU backend. Dis
 @needs_vllm
 def test_a_quiet_engine_prints_nothing_but_its_spawned_import_line(tmp_path, tiny_model_dir):
     script = tmp_path / "engine_run.py"
-    script.write_text(textwrap.dedent(SCRIPT.format(model=str(tiny_model_dir))))
+    settings = vllm_engine_kwargs(dtype="float32")
+    script.write_text(textwrap.dedent(SCRIPT.format(model=str(tiny_model_dir), settings=settings)))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_LOGGING", "PYTHONWARN"))}
     out = subprocess.run([sys.executable, str(script)], env=env | {"VLLM_LOGGING_LEVEL": "WARNING"},
                          capture_output=True, text=True, timeout=300)

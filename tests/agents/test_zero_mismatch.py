@@ -35,7 +35,8 @@ def test_trainer_and_sampler_log_probs_agree_on_a_multi_turn_tool_batch(vllm_fp3
     specs = [EpisodeSpec(seed=g, options={"split": "train", "index": 1700 + g}, group_id=g)
              for g in range(2) for _ in range(4)]
     try:
-        trajs = run_episodes(vllm_fp32, TIRAgent(tok), envs_, specs, RolloutLimits(48, 200, 32), seed=5)
+        limits = RolloutLimits(48, 200, 32, mask_void_turns=False)
+        trajs = run_episodes(vllm_fp32, TIRAgent(tok), envs_, specs, limits, seed=5)
     finally:
         for env in envs_:
             env.close()

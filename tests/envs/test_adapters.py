@@ -27,7 +27,7 @@ from agents.projection import ActionProjection
 from envs import ADAPTER_TWINS
 from envs.adapters import AdapterUnavailable
 from envs.webshop import WebShopEnv
-from trainer.config.train_config import build_config
+from trainer.setup.build import build_config
 
 
 @contextlib.contextmanager

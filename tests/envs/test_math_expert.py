@@ -21,6 +21,12 @@ def task(task_type: str, question: str, answer: str) -> TIRTask:
     return TIRTask("hand", task_type, 1, question, answer, "")
 
 
+def mix(**changes) -> dict:
+    """The expert's `sft.*` keywords: a perfect expert (no skipped tool, no miscopy, varied phrasing), `changes`
+    applied."""
+    return {"p_skip_tool": 0.0, "p_wrong_copy": 0.0, "varied_phrasing": True, **changes}
+
+
 @pytest.mark.parametrize(("task_type", "question", "answer", "working"), [
     ("multiply", "Compute 482 * 937.", "451634", "482 * 937 = 451634"),
     ("expression", "Compute (482 + 937) * 61.", "86559", "(482 + 937) * 61 = 1419 * 61 = 86559"),  # 1419 * 61
@@ -67,7 +73,7 @@ def test_expert_replies_win_in_the_real_env_for_every_type():
     for i in range(240):
         t = generate_task("train", 3000 + i, difficulty=DIFFICULTIES[i % 3], task_types=[list(GENERATORS)[i % len(GENERATORS)]])
         obs, _ = env.reset(options={"task_id": t.task_id})
-        reply = single_turn_reply(t, rng=random.Random(i))
+        reply = single_turn_reply(t, rng=random.Random(i), **mix())
         _, reward, terminated, truncated, info = env.step(reply)
         assert obs == t.question and (reward, terminated, truncated) == (1.0, True, False), (t, reply)
         assert info["extracted_answer"] == t.answer and reply.count("\\boxed{") == 1
@@ -95,8 +101,8 @@ def test_imperfect_replies_lose_as_often_as_set():
 
 def test_fixed_phrasing_and_bad_probabilities():
     t = generate_task("train", 1600, task_types=["linear"], difficulty=1)
-    replies = {single_turn_reply(t, rng=random.Random(i), varied_phrasing=False) for i in range(20)}
+    replies = {single_turn_reply(t, rng=random.Random(i), **mix(varied_phrasing=False)) for i in range(20)}
     assert replies == {f"{working_line(t)}.\nThe answer is \\boxed{{{t.answer}}}."}
-    assert single_turn_reply(t) == single_turn_reply(t)  # rng=None: seeded from the task id
+    assert single_turn_reply(t, **mix()) == single_turn_reply(t, **mix())  # rng=None: seeded from the task id
     with pytest.raises(ValueError, match="p_wrong_copy must be a probability"):
-        single_turn_reply(t, p_wrong_copy=1.5)
+        single_turn_reply(t, **mix(p_wrong_copy=1.5))

@@ -13,6 +13,7 @@ import envs  # noqa: F401  (registers alprl/TIRMath-v0 and alprl/Math-v0)
 from envs.tir import problems
 from envs.tir.problems import ProblemSource
 from envs.tir.tasks import generate_task
+from envs.tir_defaults import DEFAULT_DIFFICULTY
 
 
 def write_math500(path, n, split=None):
@@ -161,7 +162,7 @@ def test_the_tir_expert_has_no_plan_for_a_dataset_problem(tmp_path):
 
 def test_single_turn_episode_is_one_step_graded_on_its_last_box():
     env = make("alprl/Math-v0")
-    task = generate_task("test", 0)
+    task = generate_task("test", 0, difficulty=DEFAULT_DIFFICULTY)
     obs, info = env.reset(seed=0, options={"split": "test", "index": 0})
     assert obs == task.question and info["task_id"] == task.task_id and info["step"] == 0
     obs, reward, terminated, truncated, info = env.step(f"Step by step... \\boxed{{1}} no, \\boxed{{{task.answer}}}")

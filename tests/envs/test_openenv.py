@@ -273,8 +273,8 @@ def test_alprl_env_serve_refuses_a_bad_name_in_one_line(capsys):
 @pytest.mark.smoke
 def test_grpo_steps_on_an_openenv_server_change_every_parameter(tmp_path, guess_server, tiny_model_dir):
     from agents.models import load_model_and_tokenizer
-    from trainer.config.train_config import build_config
     from trainer.loop import train
+    from trainer.setup.build import build_config
 
     served_before = GuessEnvironment.steps_served
     cfg = build_config(None, ["env.id=alprl/OpenEnv-v0", f"env.openenv.url={guess_server}", "env.max_steps=2",

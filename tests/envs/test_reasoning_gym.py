@@ -27,7 +27,7 @@ import envs  # noqa: E402, F401  (registers the alprl/* envs)
 from envs.datasets import reasoning_gym as rg  # noqa: E402
 from envs.tir.problems import ProblemSource  # noqa: E402
 from trainer.config.errors import ConfigError  # noqa: E402
-from trainer.config.train_config import build_config  # noqa: E402
+from trainer.setup.build import build_config  # noqa: E402
 
 KINDS = ("basic_arithmetic", "spell_backward", "knights_knaves")
 SOURCE = "reasoning_gym:" + ",".join(KINDS)

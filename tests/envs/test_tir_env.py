@@ -13,6 +13,8 @@ import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from envs.tir.env import TIRMathEnv, to_observation
 from envs.tir.styles import TIMEOUT_MESSAGE
 from envs.tir.tasks import generate_task
+from envs.tir_defaults import DEFAULT_DIFFICULTY
+from trainer.config.train_config import EnvConfig
 
 INFO_KEYS = {"admissible_commands", "won", "task_score", "task_id", "task_type", "step", "invalid_action",
              "void_turn", "num_tool_calls", "tool_statuses", "sandbox_error"}
@@ -215,15 +217,25 @@ def test_garbage_text_never_raises(style):
         env.step(weird)  # type: ignore[arg-type]
 
 
+def test_gym_make_plays_the_episode_the_run_config_names_by_default():
+    """`gym.make` without arguments and `alprl train` without overrides play the same episode: one constant writes
+    each default for both (envs/tir_defaults.py, sandbox/settings.py)."""
+    e, env, single = EnvConfig(), make(), gym.make("alprl/Math-v0").unwrapped
+    assert (env.style.name, env.max_turns, env.difficulty, env.run_timeout_s) == \
+        (e.style, e.max_turns, e.difficulty, e.run_timeout_s)
+    assert single.problems.difficulty == env.problems.difficulty == e.difficulty
+
+
 def test_reset_seeding_and_options():
     env = make(split="test")
     a, b = env.reset(seed=7), env.reset(seed=7)
     assert a == b
     index = int(a[1]["task_id"].split("/")[2])
-    assert 0 <= index < 500 and a[0] == generate_task("test", index).question
+    assert a[1]["difficulty"] == DEFAULT_DIFFICULTY  # the run config's level when none is named
+    assert 0 <= index < 500 and a[0] == generate_task("test", index, difficulty=DEFAULT_DIFFICULTY).question
     assert env.reset(seed=8)[1]["task_id"] != a[1]["task_id"]
     obs, info = env.reset(seed=1, options={"split": "valid", "index": 600, "task_type": "modpow"})
-    assert info["task_type"] == "modpow" and info["task_id"] == "tir/valid/600/tmodpow"
+    assert info["task_type"] == "modpow" and info["task_id"] == "tir/valid/600/d1/tmodpow"
     train = make()
     assert int(train.reset(seed=3)[1]["task_id"].split("/")[2]) >= 1500
     with pytest.raises(ValueError, match="not in split 'train'"):
@@ -257,7 +269,7 @@ def _values(obj):
 
 
 def test_gold_answer_never_in_reset_obs_or_info_even_with_expert():
-    env = make(split="test", expert=True)
+    env = make(split="test", expert=True, difficulty=None)  # every level: the long answers are the harder ones
     checked = 0
     for seed in range(60):
         obs, info = env.reset(seed=seed)

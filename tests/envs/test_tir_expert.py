@@ -18,6 +18,12 @@ from envs.tir.tasks import TASK_TYPES, generate_task
 STYLE_NAMES = list(STYLES)
 
 
+def mix(**changes) -> dict:
+    """The expert's `sft.*` keywords: a perfect expert (no skipped tool, no miscopy, varied phrasing), `changes`
+    applied."""
+    return {"p_skip_tool": 0.0, "p_wrong_copy": 0.0, "varied_phrasing": True, **changes}
+
+
 def play(env, task, turns) -> tuple[float, int, bool]:
     """Feed `turns` to `env`; returns (last reward, turns used, terminated)."""
     env.reset(seed=0, options={"task_id": task.task_id})
@@ -37,7 +43,8 @@ def test_expert_episodes_win_in_the_real_env_for_300_seeds_all_types_and_styles(
         out = []
         for k in range(r, len(cases), 4):
             task, style = cases[k]
-            out.append((k, play(lane_envs[style], task, expert_turns(task, style, rng=random.Random(k)))))
+            turns = expert_turns(task, style, rng=random.Random(k), **mix())
+            out.append((k, play(lane_envs[style], task, turns)))
         return out
 
     with ThreadPoolExecutor(max_workers=4) as pool:  # threads: grading runs off the main thread too
@@ -51,7 +58,7 @@ def test_expert_episodes_win_in_the_real_env_for_300_seeds_all_types_and_styles(
 def test_turn_shapes_are_short_and_end_where_the_engine_stops(style):
     for i in range(200):
         task = generate_task("train", 2000 + i)
-        first, last = expert_turns(task, style, rng=random.Random(i))
+        first, last = expert_turns(task, style, rng=random.Random(i), **mix())
         assert any(first.endswith(stop) for stop in STYLES[style].stop_strings)
         assert len(first) - len(task.solution_code) < 120
         assert task.solution_code in first or style == "hermes"
@@ -62,7 +69,7 @@ def test_turn_shapes_are_short_and_end_where_the_engine_stops(style):
 def test_skip_tool_guesses_are_plausible_but_wrong():
     for i in range(400):
         task = generate_task("train", 3000 + i)
-        (turn,) = expert_turns(task, rng=random.Random(i), p_skip_tool=1.0)
+        (turn,) = expert_turns(task, rng=random.Random(i), **mix(p_skip_tool=1.0))
         guess = extract_boxed(turn)
         assert guess is not None and not grade(guess, task.answer), (task, guess)
         if task.task_type == "multiply":  # an estimate or a slip keeps the order of magnitude
@@ -72,7 +79,7 @@ def test_skip_tool_guesses_are_plausible_but_wrong():
 def test_wrong_copies_run_the_tool_then_miscopy():
     for i in range(400):
         task = generate_task("train", 4000 + i)
-        first, last = expert_turns(task, "torl", rng=random.Random(i), p_wrong_copy=1.0)
+        first, last = expert_turns(task, "torl", rng=random.Random(i), **mix(p_wrong_copy=1.0))
         copied = extract_boxed(last)
         assert task.solution_code in first and copied != task.answer and not grade(copied, task.answer)
         assert abs(len(copied) - len(task.answer)) <= 1  # one digit dropped or changed
@@ -82,9 +89,9 @@ def test_imperfect_episodes_lose_in_the_env():
     env = gym.make("alprl/TIRMath-v0").unwrapped
     for i in range(6):
         task = generate_task("train", 5000 + i, task_types=["multiply", "modpow", "linear"])
-        skip = expert_turns(task, rng=random.Random(i), p_skip_tool=1.0)
+        skip = expert_turns(task, rng=random.Random(i), **mix(p_skip_tool=1.0))
         assert play(env, task, skip) == (0.0, 1, True)
-        wrong = expert_turns(task, rng=random.Random(i), p_wrong_copy=1.0)
+        wrong = expert_turns(task, rng=random.Random(i), **mix(p_wrong_copy=1.0))
         assert play(env, task, wrong) == (0.0, 2, True)
 
 
@@ -93,7 +100,7 @@ def test_imperfection_rates_follow_the_probabilities():
     rng = random.Random(0)
     kinds = Counter()
     for _ in range(2000):
-        turns = expert_turns(task, rng=rng, p_skip_tool=0.2, p_wrong_copy=0.25)
+        turns = expert_turns(task, rng=rng, **mix(p_skip_tool=0.2, p_wrong_copy=0.25))
         kinds["skip" if len(turns) == 1 else "wrong" if extract_boxed(turns[-1]) != task.answer else "ok"] += 1
     assert 340 < kinds["skip"] < 460          # 0.2 * 2000 = 400
     assert 340 < kinds["wrong"] < 460         # 0.8 * 0.25 * 2000 = 400
@@ -102,16 +109,16 @@ def test_imperfection_rates_follow_the_probabilities():
 
 def test_without_rng_the_turns_are_a_function_of_the_task():
     task = generate_task("valid", 900)
-    assert expert_turns(task, "hermes") == expert_turns(task, "hermes")
-    assert expert_turns(task, p_skip_tool=0.5) == expert_turns(task, p_skip_tool=0.5)
+    assert expert_turns(task, "hermes", **mix()) == expert_turns(task, "hermes", **mix())
+    assert expert_turns(task, **mix(p_skip_tool=0.5)) == expert_turns(task, **mix(p_skip_tool=0.5))
 
 
 def test_bad_arguments():
     task = generate_task("test", 1)
     with pytest.raises(ValueError, match="p_skip_tool"):
-        expert_turns(task, p_skip_tool=1.5)
+        expert_turns(task, **mix(p_skip_tool=1.5))
     with pytest.raises(ValueError, match="valid styles"):
-        expert_turns(task, "chatml")
+        expert_turns(task, "chatml", **mix())
 
 
 def test_fraction_guesses_are_one_decimal_approximations():

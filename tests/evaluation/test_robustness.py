@@ -224,7 +224,8 @@ def solver_dir(tmp_path_factory, tiny_tokenizer):
     """The tiny model overfit to answer test tasks 0-3 of the TIR env directly (`\\boxed{gold}`), so the
     clean policy solves them and a perturbation has something to break."""
     torch.set_num_threads(1)
-    model, agent, env = _tiny(tiny_tokenizer).train(), TIRAgent(tiny_tokenizer), gym.make("alprl/TIRMath-v0")
+    model, agent = _tiny(tiny_tokenizer).train(), TIRAgent(tiny_tokenizer)
+    env = gym.make("alprl/TIRMath-v0", difficulty=None, max_turns=5)  # every level, as the sweep below plays
     eos = tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
     rows = []
     for i in range(4):
@@ -251,8 +252,9 @@ def solver_dir(tmp_path_factory, tiny_tokenizer):
 
 def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
     scales = {"noise": [0.0, 4.0], "prune": [0.0, 0.95], "quant": ["int8", "int2"]}
-    # the generated env as the solver was trained on it: every difficulty and task type, gym's defaults
-    settings = EvalSettings(env=EnvConfig(difficulty=0, max_turns=5), limits=RolloutLimits(24, 48, 32),
+    # the generated env as the solver was trained on it: every difficulty and task type, 5 turns
+    settings = EvalSettings(env=EnvConfig(difficulty=0, max_turns=5),
+                            limits=RolloutLimits(24, 48, 32, mask_void_turns=False),
                             samples_per_task=1, greedy=True, temperature=1.0, top_p=1.0, top_k=0, seed=0, num_envs=16)
     page = run_robustness(solver_dir, settings, ["noise", "prune", "quant"], scales, tmp_path, num_tasks=4)
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]

@@ -4,7 +4,9 @@ folders, each saying what it holds.
 A newcomer finds a module by its concern: no folder of a package holds more than 12 modules, every room opens with a
 docstring naming its concern, and `trainer/`'s top level keeps only the step's own modules (a new module goes into
 the room of its concern). `sandbox/`'s top level keeps only what every room shares (the result type, the settings),
-and its rooms import one way: a room imports only that top level and the rooms listed before it.
+and its rooms import one way: a room imports only that top level and the rooms listed before it. `trainer/`'s rooms
+and top-level modules import one way too (docs/architecture.md names the order): the graph of which imports which
+has no circle.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from tests.structure.test_import_direction import import_graph
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULES = 12
 STEP_MODULES = {"__init__", "loop", "update", "components", "reference", "tasks"}
-ROOMS = ["trainer/objective", "trainer/config", "trainer/diagnostics", "trainer/runtime", "trainer/sft",
-         "trainer/algorithms", "evaluation/reports", "app/experiments"]
+ROOMS = ["trainer/objective", "trainer/config", "trainer/setup", "trainer/diagnostics", "trainer/runtime",
+         "trainer/sft", "trainer/algorithms", "evaluation/reports", "app/experiments"]
 # sandbox/'s rooms in import order (docs/sandbox.md); its top level holds only what they all share
 SANDBOX_ROOMS = ["sandbox/isolation", "sandbox/execution", "sandbox/service", "sandbox/client", "sandbox/deploy"]
 SANDBOX_SHARED = {"__init__", "types", "settings"}
@@ -98,3 +100,76 @@ def test_the_rooms_check_catches_an_upward_import(tmp_path):
     assert upward_imports(tmp_path) == ["sandbox.isolation.linux imports sandbox.execution",
                                         "sandbox.isolation.linux imports sandbox.execution.pool",
                                         "sandbox.types imports sandbox.client"]
+
+
+def room_graph(root: Path) -> dict[str, set[str]]:
+    """`trainer/`'s rooms ('trainer/setup') and top-level modules ('trainer/loop.py'), each with those it imports;
+    every import counts (module level or deferred), as in test_import_direction."""
+    def node(module: str) -> str | None:
+        parts = module.split(".")
+        if len(parts) < 2:
+            return None  # the package itself
+        return f"trainer/{parts[1]}" if (root / "trainer" / parts[1]).is_dir() else f"trainer/{parts[1]}.py"
+
+    graph: dict[str, set[str]] = {}
+    for module, deps in import_graph(root, ["trainer"]).items():
+        if (here := node(module)) is not None:
+            graph.setdefault(here, set()).update(there for dep in deps if (there := node(dep)) not in (None, here))
+    return graph
+
+
+def a_circle(graph: dict[str, set[str]]) -> list[str]:
+    """One circle of `graph` as the path that closes it (['a', 'b', 'a']); [] when there is none."""
+    on_path: list[str] = []
+    done: set[str] = set()
+
+    def visit(v: str) -> list[str]:
+        on_path.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w in on_path:
+                return on_path[on_path.index(w):] + [w]
+            if w not in done and (found := visit(w)):
+                return found
+        on_path.pop()
+        done.add(v)
+        return []
+
+    for v in sorted(graph):
+        if v not in done and (found := visit(v)):
+            return found
+    return []
+
+
+def test_trainer_rooms_import_one_way():
+    circle = a_circle(room_graph(ROOT))
+    assert not circle, f"trainer/'s rooms import in a circle: {' → '.join(circle)} (move what the lower one needs down)"
+
+
+def test_the_room_graph_check_catches_a_circle(tmp_path):
+    files = {"trainer/__init__.py": "", "trainer/config/__init__.py": "",
+             "trainer/config/a.py": "def f():\n    from trainer.setup import b\n",
+             "trainer/setup/__init__.py": "", "trainer/setup/b.py": "from trainer.config import a\n",
+             "trainer/loop.py": "import trainer.setup.b\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    graph = room_graph(tmp_path)
+    assert graph == {"trainer/config": {"trainer/setup"}, "trainer/setup": {"trainer/config"},
+                     "trainer/loop.py": {"trainer/setup"}}
+    assert a_circle(graph) == ["trainer/config", "trainer/setup", "trainer/config"]
+    (tmp_path / "trainer/config/a.py").write_text("x = 1\n")  # the deferred import gone: one way again
+    assert a_circle(room_graph(tmp_path)) == []
+
+
+TEST_ONLY_FOLDERS = {"experiments": "app/experiments' suites, run through the trainer",
+                     "bench": "the benches' smoke tests (bench/)"}
+
+
+def test_trainer_tests_mirror_the_rooms():
+    # a trainer room's tests sit in tests/trainer/<room>/; the step's own (loop, update, tasks) at the top
+    rooms = {d.name for d in (ROOT / "trainer").iterdir() if (d / "__init__.py").exists()}
+    test_dirs = {d.name for d in (ROOT / "tests" / "trainer").iterdir()
+                 if d.is_dir() and any(d.glob("test_*.py"))}
+    assert rooms <= test_dirs, f"trainer rooms without a tests/trainer/<room>/ folder: {sorted(rooms - test_dirs)}"
+    assert test_dirs - rooms <= set(TEST_ONLY_FOLDERS), (
+        f"tests/trainer/ folders named after no trainer room: {sorted(test_dirs - rooms - set(TEST_ONLY_FOLDERS))}")

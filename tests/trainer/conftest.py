@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tiny_tir import SMALL
 
-from trainer.config.train_config import build_config
+from trainer.setup.build import build_config
 from trainer.sft.train import run_sft
 
 

@@ -1,5 +1,5 @@
 """Training on a dataset file, before anything starts: epoch-style task selection (trainer/tasks.py) and the config
-rules for env.dataset / env.eval_dataset (trainer/config/validation.py, trainer/sft/train.py), through the CLI: exit 2 and one
+rules for env.dataset / env.eval_dataset (trainer/setup/file_checks.py, trainer/sft/train.py), through the CLI: exit 2 and one
 line naming the key."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from trainer.config.train_config import build_config
+from trainer.setup.build import build_config
 from trainer.tasks import episode_specs, train_indices, validation_specs
 
 ROOT = Path(__file__).resolve().parents[2]

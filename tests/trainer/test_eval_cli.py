@@ -28,7 +28,7 @@ from agents.models import load_model_and_tokenizer, save_pretrained
 from app.cli import main
 from evaluation.scores import benchmark_scores
 from trainer.config.run_config import write_run_config
-from trainer.config.train_config import build_config
+from trainer.setup.build import build_config
 from trainer.sft.train import train_on_sequences
 
 pytestmark = pytest.mark.smoke

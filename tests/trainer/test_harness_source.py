@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 from tiny_tir import SMALL
 
 from trainer.components import build_components
-from trainer.config.train_config import build_config
 from trainer.loop import collect_step, train
+from trainer.setup.build import build_config
 
 pytestmark = pytest.mark.smoke
 HARNESS = ["rollout.source=harness", "env.harness=agents.endpoint.tir_harness:play"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_settings import hf_engine_kwargs
 
 from agents.engines.hf import HFEngine
 from agents.env_families import make_agent
@@ -27,13 +28,13 @@ from trainer.algorithms.dapo import overlong_shaping
 from trainer.algorithms.mipu import episode_advantages, gap_proxy, validation_gap, validation_rollouts
 from trainer.components import Components, build_optimizer, make_envs
 from trainer.config.algo_config import AlgoConfig
-from trainer.config.train_config import build_config
 from trainer.loop import prepare_batch
 from trainer.objective.advantages import broadcast_advantages, group_advantages
 from trainer.objective.corrections import prepare_corrections
 from trainer.objective.logprobs import old_logprobs
 from trainer.objective.types import Batch, collate
 from trainer.runtime.distributed import SINGLE
+from trainer.setup.build import build_config
 from trainer.update import UpdateSettings, denominators, micro_batch_objective, update_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +49,9 @@ UPDATE_ONLY = {"corr_weights", "corr_keep", "quatro_targets", "ref_logp"}
 def parts(tiny_tokenizer):
     cfg = build_config(None, SMALL)
     model = build_tiny_model(tiny_tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
-                             intermediate_size=128)
-    c = Components(model=model, tokenizer=tiny_tokenizer, engine=HFEngine(model, tiny_tokenizer),
+                             intermediate_size=128, seed=0)
+    engine = HFEngine(model, tiny_tokenizer, **hf_engine_kwargs())
+    c = Components(model=model, tokenizer=tiny_tokenizer, engine=engine,
                    agent=make_agent(cfg.env, tiny_tokenizer), envs=make_envs(cfg, 4),
                    optimizer=build_optimizer(model, cfg))
     trajs = validation_rollouts(c, cfg, step=1)

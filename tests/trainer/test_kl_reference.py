@@ -10,11 +10,11 @@ from test_objective import _batch
 from tiny_tir import SMALL
 
 from trainer.config.algo_config import AlgoConfig
-from trainer.config.train_config import build_config
 from trainer.loop import train
 from trainer.objective.corrections import prepare_corrections
 from trainer.reference import kl_reward_penalty
 from trainer.runtime.logger import read_metrics
+from trainer.setup.build import build_config
 from trainer.update import micro_batch_objective
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])

@@ -21,7 +21,8 @@ from app.experiments.run import build_plan, cell_config
 from envs.boxed import extract_boxed
 from evaluation.evaluate import evaluation_records
 from trainer.components import build_components
-from trainer.config.train_config import CONFIG_DIR, build_config
+from trainer.config.train_config import CONFIG_DIR
+from trainer.setup.build import build_config
 from trainer.sft.train import play_expert, run_sft
 
 RECIPE = CONFIG_DIR / "math_tiny.yaml"
@@ -90,7 +91,7 @@ def test_tiny_sft_answers_in_one_boxed_reply(tmp_path, math_sft):
     c = build_components(cfg)
     try:
         limits = RolloutLimits(cfg.rollout.max_new_tokens, cfg.rollout.max_response_tokens,
-                               cfg.rollout.max_obs_tokens)
+                               cfg.rollout.max_obs_tokens, mask_void_turns=False)
         records = evaluation_records(c.engine, c.agent, c.envs, "test", 8, limits, greedy=True, pool=c.pool)
     finally:
         c.close()

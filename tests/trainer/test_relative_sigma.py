@@ -9,8 +9,8 @@ import pytest
 from tiny_tir import SMALL
 
 from trainer.config.errors import ConfigError
-from trainer.config.train_config import build_config
 from trainer.loop import train
+from trainer.setup.build import build_config
 
 pytestmark = pytest.mark.smoke
 

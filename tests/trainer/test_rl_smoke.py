@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from engine_settings import HF_FP32
 from tiny_tir import SMALL, SMALL_SFT_STEPS
 
 from agents.engines.base import GenerationRequest
@@ -21,9 +22,9 @@ from agents.rollout import RolloutLimits, run_episodes
 from app.cli import main
 from trainer.algorithms import AlgorithmState
 from trainer.components import build_components
-from trainer.config.train_config import build_config
 from trainer.loop import train, train_step
 from trainer.runtime.logger import read_metrics
+from trainer.setup.build import build_config
 from trainer.sft.train import model_context
 from trainer.tasks import episode_specs
 
@@ -58,7 +59,8 @@ def test_rollout_is_token_in_token_out(tmp_path, sft_dir):
 
     c.engine.generate = recording_generate
     specs = episode_specs(cfg, "train", 1, 4, 4)
-    limits = RolloutLimits(cfg.rollout.max_new_tokens, cfg.rollout.max_response_tokens, cfg.rollout.max_obs_tokens)
+    limits = RolloutLimits(cfg.rollout.max_new_tokens, cfg.rollout.max_response_tokens, cfg.rollout.max_obs_tokens,
+                           mask_void_turns=False)
     trajs = run_episodes(c.engine, c.agent, c.envs, specs, limits, seed=5, pool=c.pool)
     c.close()
     assert any(t.info["num_tool_calls"] > 0 for t in trajs), "the SFT model should call the tool"
@@ -208,7 +210,7 @@ def test_vllm_training_step_syncs_the_engine(tmp_path, sft_dir):
         before = [r.token_ids for r in c.engine.generate(requests, greedy=True)]
         result = train_step(c, cfg, AlgorithmState(), 1)
         after = [r.token_ids for r in c.engine.generate(requests, greedy=True)]
-        trainer = HFEngine(c.model, c.tokenizer, dtype="float32").generate(requests, greedy=True)
+        trainer = HFEngine(c.model, c.tokenizer, **HF_FP32).generate(requests, greedy=True)
     finally:
         c.close()
     assert abs(result.metrics["rollout_corr/kl"]) < 1e-3  # fp32 sampler and trainer (a k1 sample mean: ± rounding)

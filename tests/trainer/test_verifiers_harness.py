@@ -20,8 +20,8 @@ pytest.importorskip("verifiers.v1")
 import vf_arithmetic  # noqa: E402 - needs verifiers
 
 from trainer.components import build_components  # noqa: E402
-from trainer.config.train_config import build_config  # noqa: E402
 from trainer.loop import collect_step, train  # noqa: E402
+from trainer.setup.build import build_config  # noqa: E402
 
 pytestmark = pytest.mark.smoke
 HARNESS = ["rollout.source=harness", "env.harness=vf_arithmetic:play"]

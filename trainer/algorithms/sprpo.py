@@ -81,7 +81,9 @@ def probe_sensitivity(model: nn.Module, batch: Batch, layer_ids: list[int], rms:
     log-probs replay the sampler's truncation `top_p` / `top_k`, as the loss's do."""
     out = []
     for idx in layer_ids:
-        probe = LayerwisePerturbation(model, [idx], sigma_init=probe_scale * rms[idx].item(), learnable=False)
+        sigma = probe_scale * rms[idx].item()
+        probe = LayerwisePerturbation(model, layers=[idx], sigma_init=sigma, learnable=False, logits_only=False,
+                                      sigma_mode="absolute")
         with probe.active(seed=seed):
             logp, _ = compute_logprobs(model, batch, temperature, top_p=top_p, top_k=top_k)
         out.append(k3_mean(clean_logp, logp, batch.loss_mask))

@@ -1,1 +1,1 @@
-"""The run config: its sections, loading (defaults <- preset <- recipe <- command line), validation, the config a model was made with."""
+"""The run config: its sections (dataclasses with a docstring per field), reading one layer of YAML or key=value into them, the config a model was made with written beside it; the bottom room of trainer/, importing no other."""

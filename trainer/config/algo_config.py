@@ -214,7 +214,7 @@ OFFPOLICY_RANGES = (
 
 def offpolicy_rules(cfg: Any) -> list[str]:
     """Violations of the VESPO / CTPO / VCPO keys of `cfg` (a `TrainConfig`), each naming the key; called by
-    trainer/config/validation.py with its other rules (checked even while the method is off, as every key)."""
+    trainer/setup/validation.py with its other rules (checked even while the method is off, as every key)."""
     a = cfg.algo
     out = [f"algo.{key}={getattr(a, key)!r} is out of range; allowed: {allowed}"
            for key, allowed, ok in OFFPOLICY_RANGES if not ok(getattr(a, key))]

@@ -1,5 +1,5 @@
-"""`ConfigError`, in a module of its own: `trainer/config/train_config.py` calls `trainer/config/validation.py`, and
-both raise it; defined in either, the other would have to import it back (an import circle)."""
+"""`ConfigError`, in a module of its own: the config's sections (trainer/config/), its validation (trainer/setup/) and
+the rooms that check a value only once the run has started all raise it, and none of them need import the others."""
 
 
 class ConfigError(ValueError):

@@ -1,7 +1,7 @@
 """The `model.lora` section (LoRA RL with peft: trainer/runtime/lora.py) and the rules that check it.
 
 `model.lora.r` > 0 trains low-rank adapters on the start model instead of all of its weights; 0 (the default) is
-full fine-tuning. `lora_rules` is called by trainer/config/validation.py's `validate_config` with its other rules,
+full fine-tuning. `lora_rules` is called by trainer/setup/validation.py's `validate_config` with its other rules,
 so a bad value is one line naming the key before anything starts.
 """
 

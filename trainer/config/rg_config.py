@@ -2,7 +2,7 @@
 it.
 
 The defaults are `envs.datasets.reasoning_gym`'s, which a Gymnasium user of the envs gets too; the section only
-names them as config keys. `reasoning_gym_rules` is called by `trainer.config.validation`'s dataset rules, so an unknown
+names them as config keys. `reasoning_gym_rules` is called by `trainer.setup.file_checks`'s dataset rules, so an unknown
 dataset name, a config key its reasoning-gym config class lacks or an out-of-range size is one line naming the key
 before anything starts; a value that class's own `validate()` refuses comes out of the split's generation, which
 validation runs too (`agents.env_families.problem_count`).

@@ -1,20 +1,20 @@
-"""Run configuration: a tree of small dataclasses, each field with its docstring.
+"""Run configuration: a tree of small dataclasses, each field with its docstring, and how one layer is read into it.
 
-A default is stated once, here. YAML files in `configs/` only override (nested mappings), and the CLI
+A default is stated once, here, or, where a library below the trainer must work without a config (a Gymnasium
+env, the sandbox), once there as a named constant that the field here names (tests/structure/
+test_defaults_once.py). YAML files in `configs/` only override (nested mappings), and the CLI
 takes dotted `key=value` overrides (`optim.lr=1e-4 rollout.group_size=8`), values parsed as YAML.
 Presets (`configs/algorithms/<name>.yaml`, data) sit between the two: defaults ← preset ← recipe ← command line,
-the preset being the recipe's `algorithm: <name>` or, in its place, `algorithm=<name>` on the command line
-(`build_config`).
-Unknown or ill-typed keys raise `ConfigError` naming the key and the valid choices; so do values the run
-would trip over later (an unknown loss, a bad range, fields that contradict each other): `build_config` ends
-with `trainer/config/validation.py`'s `validate_config`. The CLI turns a `ConfigError` into one line on stderr and
-exit status 2.
+the preset being the recipe's `algorithm: <name>` or, in its place, `algorithm=<name>` on the command line.
+trainer/setup/build.py's `build_config` layers them with `apply_layer` and ends with the validation of
+trainer/setup/validation.py. Unknown or ill-typed keys raise `ConfigError` naming the key and the valid choices; so do
+values the run would trip over later (an unknown loss, a bad range, fields that contradict each other). The CLI
+turns a `ConfigError` into one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import ast
-import copy
 import dataclasses
 import inspect
 import types
@@ -25,6 +25,9 @@ from typing import Any
 
 import yaml
 
+from envs.tir_defaults import DEFAULT_DIFFICULTY, DEFAULT_MAX_TURNS, DEFAULT_SANDBOX_RETRY_S, DEFAULT_STYLE
+from envs.webshop.catalog import DEFAULT_NUM_PRODUCTS
+from sandbox.settings import RUN_TIMEOUT_S
 from trainer.config.algo_config import AlgoConfig, PerturbConfig
 from trainer.config.dist_config import DistributedConfig
 from trainer.config.errors import ConfigError
@@ -61,14 +64,15 @@ class ModelConfig:
 class EnvConfig:
     id: str = "alprl/TIRMath-v0"
     """Gymnasium id of the environment."""
-    style: str = "simpletir"
+    style: str = DEFAULT_STYLE
     """TIR convention: simpletir | torl | hermes (reference/environments.md §1)."""
     think_history: str = "keep"
     """Earlier turns' <think> blocks in later prompts: keep (as sampled, any template) | strip (as the chat template
     renders history; refused where that is not append-only over an episode: agents/templates/check.py)."""
-    max_turns: int = 3
-    """Assistant turns per episode before truncation."""
-    difficulty: int = 1
+    max_turns: int = DEFAULT_MAX_TURNS
+    """Assistant turns per episode before truncation. This default and those of style, difficulty and
+    sandbox_retry_s are envs/tir_defaults.py's, which `gym.make("alprl/TIRMath-v0")` takes too."""
+    difficulty: int = DEFAULT_DIFFICULTY
     """Task difficulty level (1-3); 0 means all levels. Generated problems only (a dataset's are not rated)."""
     task_types: list[str] = field(default_factory=list)
     """Restrict generated task types (empty: all). Dataset problems ignore it (their task type is their source)."""
@@ -101,15 +105,15 @@ class EnvConfig:
     agents.endpoint.tir_harness:play, alprl's TIR loop written against the OpenAI API."""
     sandbox_url: str = ""
     """Sandbox endpoint(s), comma separated. Empty: in-process executor."""
-    sandbox_retry_s: float = 10.0
+    sandbox_retry_s: float = DEFAULT_SANDBOX_RETRY_S
     """With sandbox_url: seconds one tool call keeps retrying infrastructure errors (connection refused or reset,
     the service's own timeouts, HTTP 5xx, 429) across the URLs, with jittered backoff of at most 2 s, before it
     comes back SandboxError and its episode is left out of the loss (docs/sandbox.md). 0: one try."""
     sandbox_max_failing_steps: int = 3
     """Stop the run (exit status 4, a checkpoint of the last step kept) after this many consecutive steps with an
     episode whose tool call came back SandboxError (rollout/sandbox_errors > 0). 0: never stop."""
-    run_timeout_s: float = 3.0
-    """Wall-clock limit per code execution."""
+    run_timeout_s: float = RUN_TIMEOUT_S
+    """Wall-clock limit per code execution (the default is the sandbox's, sandbox/settings.py)."""
     mask_void_turns: bool = True
     """Zero the loss mask of trajectories that ended with a void turn (no code, no answer), as SimpleTIR."""
     expert_epsilon: float = 0.1
@@ -123,7 +127,7 @@ class EnvConfig:
     """Household/WebShop SFT data: the expert knows the hidden state (where objects lie; the target product) instead
     of reading the pages. A model cannot imitate choices it cannot see the reason for: the privileged WebShop
     expert's SFT start reached 2% success, the reader's (default) see configs/webshop_tiny.yaml."""
-    num_products: int = 1000
+    num_products: int = DEFAULT_NUM_PRODUCTS
     """WebShop: products in the generated catalog (WebShop's small set has 1,000)."""
     max_steps: int = 0
     """Household/WebShop/OpenEnv step limit (truncation); 0: the env's own (ALFWorld 50, WebShop 15,
@@ -317,7 +321,9 @@ MOVED_KEYS = {"wandb": "logging.wandb"}
 """Keys that moved to another section: refused with their new name (a silent alias would keep two spellings)."""
 
 
-def _apply(obj: Any, overrides: dict[str, Any], prefix: str = "") -> None:
+def apply_layer(obj: Any, overrides: dict[str, Any], prefix: str = "") -> None:
+    """Set `overrides` (a nested mapping, one config layer) on the dataclass `obj` in place, coercing each value to
+    its field's type; an unknown, moved or ill-typed key raises `ConfigError` naming it."""
     hints = typing.get_type_hints(type(obj))
     names = [f.name for f in dataclasses.fields(obj)]
     for name, value in overrides.items():
@@ -333,7 +339,7 @@ def _apply(obj: Any, overrides: dict[str, Any], prefix: str = "") -> None:
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise ConfigError(f"config key '{key}' is a section; set its fields, e.g. {key}.<field>=...")
-            _apply(current, value, key + ".")
+            apply_layer(current, value, key + ".")
         elif isinstance(current, dict) and isinstance(value, dict):  # a mapping field: later layers add keys
             setattr(obj, name, {**current, **_coerce(value, hints[name], key)})
         else:
@@ -367,10 +373,6 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def algorithm_presets() -> list[str]:
-    return sorted(p.stem for p in (CONFIG_DIR / "algorithms").glob("*.yaml"))
-
-
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """`["a.b=1", "algorithm=grpo"]` → nested dict; values parsed as YAML scalars/lists."""
     flat = {}
@@ -383,103 +385,6 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             value = raw.strip()  # YAML 1.1 reads 0.5_1 as 0.51 and 2:30 as 150; a numeric key still parses it
         flat[key.strip()] = value
     return _nest(flat)
-
-
-def load_preset(name: Any, where: str = "") -> dict[str, Any]:
-    """Preset `name` (configs/algorithms/<name>.yaml) as a config layer: its keys under `algo`, with `algo.name`, and
-    its `perturb` section beside them (ALP, SPrPO). `where` (the recipe that names it) prefixes the error."""
-    if not isinstance(name, str) or name not in algorithm_presets():
-        raise ConfigError(f"{where}unknown algorithm '{name}'; valid: {', '.join(algorithm_presets())}")
-    preset = load_yaml(CONFIG_DIR / "algorithms" / f"{name}.yaml")
-    perturb = preset.pop("perturb", {})
-    return {"algo": {"name": name, **preset}, "perturb": perturb}
-
-
-def config_layers(config_path: str | Path | dict[str, Any] | None,
-                  overrides: list[str] = ()) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], bool]:
-    """(preset, recipe, command line) as nested mappings, and whether the preset was named on the command line.
-
-    The preset is `algorithm=` on the command line, else the recipe's own `algorithm:` key, else none."""
-    if isinstance(config_path, dict):
-        recipe, where = copy.deepcopy(config_path), ""
-    else:
-        recipe, where = (load_yaml(config_path) if config_path else {}), f"{config_path}: algorithm: "
-    cli = parse_overrides(list(overrides))
-    own, named = recipe.pop("algorithm", None), cli.pop("algorithm", None)
-    own_preset = load_preset(own, where) if own is not None else {}  # checked even where the command line's replaces it
-    if named is not None:
-        return load_preset(named), recipe, cli, True
-    return own_preset, recipe, cli, False
-
-
-def build_config(config_path: str | Path | dict[str, Any] | None = None, overrides: list[str] = (), *,
-                 layered: list[str] = ()) -> TrainConfig:
-    """The one order every command builds a config in, later wins: defaults ← preset ← recipe (the YAML file, or its
-    mapping already read) ← `layered` ← key=value overrides.
-
-    A recipe names its preset (`algorithm: grpo`) and its own keys win over the preset's. `algorithm=` on the command
-    line takes the recipe's preset's place, below the recipe's keys (`preset_notes` says where the recipe keeps a
-    value of its own over it); the command line's keys win over all. `layered` (key=value) is what a caller states it
-    sets on top of the recipe: `alprl experiment` layers each cell's method preset there (`preset_overrides`), so a
-    suite compares the methods as their presets define them, and names those keys in the cell; `alprl train` layers
-    nothing.
-    """
-    preset, recipe, cli, _ = config_layers(config_path, overrides)
-    cfg = TrainConfig()
-    for layer in (preset, recipe, parse_overrides(list(layered)), cli):
-        _apply(cfg, layer)
-    # imported here: validation loads the registries (torch, gymnasium), which importing the config alone
-    # (`alprl --help`, `alprl sandbox`) does not need
-    from trainer.config.validation import validate_config
-
-    validate_config(cfg)
-    return cfg
-
-
-def preset_overrides(name: str) -> list[str]:
-    """Preset `name`'s keys as key=value pairs (its `algo.*` and `perturb.*` values), for a layer that states them."""
-    layer = load_preset(name)
-    layer["algo"].pop("name")
-
-    def text(value: Any) -> str:  # YAML's own spelling, so parse_overrides reads back the same value
-        return yaml.safe_dump(value, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()
-
-    def pairs(node: dict[str, Any], prefix: str) -> list[str]:
-        return [item for k, v in node.items()
-                for item in (pairs(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}={text(v)}"])]
-
-    return pairs(layer, "")
-
-
-def _flat(nested: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted keys of a nested layer (a section left empty has none)."""
-    return [key for k, v in nested.items()
-            for key in (_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])]
-
-
-def preset_notes(config_path: str | Path | None, overrides: list[str] = ()) -> list[str]:
-    """One line when the recipe keeps values of its own over a preset named on the command line ([] otherwise), with
-    the keys that would run the preset's values instead."""
-    preset, recipe, cli, named = config_layers(config_path, overrides)
-    if not named:
-        return []
-    by_preset, by_recipe = TrainConfig(), TrainConfig()
-    _apply(by_preset, preset)
-    _apply(by_recipe, recipe)
-    shared = [k for k in _flat(preset) if k in _flat(recipe) and k not in _flat(cli) and k != "algo.name"]
-    differ = [(k, _get(by_recipe, k), _get(by_preset, k)) for k in shared if _get(by_recipe, k) != _get(by_preset, k)]
-    if not differ:
-        return []
-    name = preset["algo"]["name"]
-    return [f"{config_path} keeps {', '.join(f'{k}={mine}' for k, mine, _ in differ)} over preset {name}'s "
-            f"{', '.join(str(theirs) for _, _, theirs in differ)} (a recipe's keys win over its preset's); to run the "
-            f"preset's, add {' '.join(f'{k}={theirs}' for k, _, theirs in differ)}"]
-
-
-def _get(cfg: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

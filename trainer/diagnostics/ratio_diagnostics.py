@@ -263,7 +263,7 @@ def layer_group_prob_shift(model: torch.nn.Module, sub: Batch, perturbation: Lay
     out: dict[str, float] = {}
     start = 0  # slot of the group's first layer in log σ (layer_ids are sorted, so groups are consecutive slots)
     for group in groups:
-        probe = LayerwisePerturbation(model, group, sigma_init=0.0, learnable=False,
+        probe = LayerwisePerturbation(model, layers=group, sigma_init=0.0, learnable=False, logits_only=False,
                                       sigma_mode="relative" if perturbation.relative else "absolute")
         probe.log_sigma.copy_(perturbation.log_sigma.detach()[start: start + len(group)])  # (len(group),)
         start += len(group)

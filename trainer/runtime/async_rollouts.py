@@ -33,7 +33,7 @@ a batches past `steps` so that the last checkpoint holds them too (a longer resu
 a extra rollouts at the end of a run. All sampling randomness derives from (seed, step) in `collect_step` (no
 global RNG), so the background thread draws what the main thread would.
 
-Not supported (trainer/config/validation.py refuses it): data parallelism, `rollout.policy_lag`, MIPU's screening, vLLM's
+Not supported (trainer/setup/rules.py refuses it): data parallelism, `rollout.policy_lag`, MIPU's screening, vLLM's
 sleep mode.
 """
 
@@ -46,11 +46,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agents.trajectory import Trajectory
+from trainer.config.train_config import TrainConfig
 
-# trainer/config/validation.py checks rollout.staleness_policy against STALENESS_POLICIES, and trainer/config/train_config.py imports
-# validation: this module imports neither config nor components (not even for types, an import circle).
+# trainer/components.py builds a run from the runtime room, so its type is named here, not imported (an upward import)
 Components = Any  # trainer.components.Components
-TrainConfig = Any  # trainer.config.train_config.TrainConfig
 
 STALENESS_POLICIES = ("wait", "drop")
 

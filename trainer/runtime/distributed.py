@@ -45,6 +45,14 @@ if TYPE_CHECKING:
 COLLECTIVE_TIMEOUT = timedelta(hours=2)  # rank 0 evaluates alone while the others wait in a barrier
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """distributed.mixed_precision → FSDP2's param_dtype (forward/backward); fp32 trains without a policy dtype."""
+MIXED_PRECISIONS = ("fp32", *HALF_DTYPES)
+"""distributed.mixed_precision's values: fp32, or a 16-bit param_dtype of `HALF_DTYPES`."""
+FSDP_MODES = ("auto", "on", "off")
+"""distributed.fsdp's values, as `init_distributed` reads them: auto (shard above one process or under 16-bit
+compute), on, off."""
+BACKENDS = ("auto", "nccl", "gloo")
+"""distributed.backend's values: auto (nccl with CUDA, else gloo) or a torch.distributed backend `init_distributed`
+passes on."""
 
 
 @dataclass(frozen=True)

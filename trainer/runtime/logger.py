@@ -2,7 +2,8 @@
 
 Every sink gets the same metrics each step, unchanged (a non-finite value goes to W&B and Trackio as they store it,
 where metrics.jsonl writes null and TensorBoard skips it), so they agree step for step. Trackio also gets a table of a
-few episodes (trainer/diagnostics/episode_table.py) on the steps the loop asks (`MetricLogger.log_episodes`). The
+few episodes on the steps the loop asks (`MetricLogger.log_episodes`); the loop builds it
+(trainer/diagnostics/episode_table.py), so that the sinks only store what they are given. The
 optional packages are imported only when switched on; `require_logger_packages` refuses a missing one before the
 run starts.
 
@@ -24,9 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agents.trajectory import Trajectory
 from trainer.config.errors import ConfigError
-from trainer.diagnostics.episode_table import EPISODE_COLUMNS, episode_table
 from trainer.runtime.checkpoint import DiskFullError, is_disk_full, latest_checkpoint
 
 log = logging.getLogger(__name__)
@@ -88,11 +87,16 @@ class MetricLogger:
         if self.trackio is not None:
             self.trackio.log(step, metrics)
 
-    def log_episodes(self, step: int, trajectories: list[Trajectory], tokenizer: Any) -> None:
-        """Trackio's table of a few of the step's episodes, decoded with the run's `tokenizer`; nothing without
+    @property
+    def keeps_episodes(self) -> bool:
+        """Whether a sink stores tables of episodes (Trackio), so that the caller decodes them only then."""
+        return self.trackio is not None
+
+    def log_episodes(self, step: int, columns: list[str], rows: list[list[Any]]) -> None:
+        """Trackio's table of a few of the step's episodes (`columns`, one row per episode); nothing without
         Trackio."""
         if self.trackio is not None:
-            self.trackio.log_episodes(step, trajectories, tokenizer)
+            self.trackio.log_episodes(step, columns, rows)
 
     def _cut_to_whole_lines(self) -> None:
         """Drop a partly written last record (a full disk can cut a write), so the file stays one JSON per line."""
@@ -149,11 +153,10 @@ class TrackioSink:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(dict(metrics), step=step)
 
-    def log_episodes(self, step: int, trajectories: list[Trajectory], tokenizer: Any) -> None:
-        """`TABLE_KEY` at `step`: a `trackio.Table` of `episode_table` (nothing for an empty batch)."""
-        if trajectories:
-            table = self._trackio.Table(columns=EPISODE_COLUMNS, data=episode_table(trajectories, tokenizer))
-            self.run.log({self.TABLE_KEY: table}, step=step)
+    def log_episodes(self, step: int, columns: list[str], rows: list[list[Any]]) -> None:
+        """`TABLE_KEY` at `step`: a `trackio.Table` of `rows` (nothing for an empty batch)."""
+        if rows:
+            self.run.log({self.TABLE_KEY: self._trackio.Table(columns=columns, data=rows)}, step=step)
 
     def close(self) -> None:
         """Flush and finish the run, through `trackio.finish` where the run is trackio's current one (started on this

@@ -1,17 +1,20 @@
 """The shape of the model a run starts from, and its parameter count, without loading any weights.
 
 `model_shape(cfg)` reads, in this order: the start model's `config.json` (model.path as a local directory or a hub
-id already in the local Hugging Face cache, through `trainer/config/validation.py`'s `_config_json`; never the network);
-the tiny model `alprl sft` builds when model.path is empty (its model.* settings); a small table of well-known
-hub ids (`KNOWN_SHAPES`), so that a recipe can be planned on a machine that has not downloaded its model. Anything
-else is a `ConfigError` naming what is needed. `trainer/runtime/memory_plan.py` is the consumer.
+id already in the local Hugging Face cache, through `config_json`; never the network); the tiny model `alprl sft`
+builds when model.path is empty (its model.* settings); a small table of well-known hub ids (`KNOWN_SHAPES`), so that
+a recipe can be planned on a machine that has not downloaded its model. Anything else is a `ConfigError` naming what
+is needed. `trainer/runtime/memory_plan.py` is the consumer, and config validation (trainer/setup/file_checks.py)
+reads `config_json` too.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
+from agents.models import resolve_local
 from trainer.config.errors import ConfigError
 
 
@@ -94,16 +97,25 @@ def shape_from_config_json(name: str, config: dict, where: str) -> ModelShape:
                       qkv_bias=bool(config.get("attention_bias", qwen)), source=f"{where}/config.json", **dims)
 
 
+def config_json(path: str) -> tuple[dict, str] | None:
+    """(config.json, its directory) of a model directory or a hub id in the local cache (never the network); None
+    where neither holds it."""
+    try:
+        local = resolve_local(path)
+    except FileNotFoundError:
+        return None  # loading the model reports that, before anything starts
+    config = json.loads((local / "config.json").read_text())
+    return config.get("text_config", config), str(local)  # multimodal configs nest the language model's
+
+
 def model_shape(cfg: Any) -> ModelShape:
     """The start model's shape: its config.json, else the tiny model's model.* settings, else `KNOWN_SHAPES`."""
-    from trainer.config.validation import _config_json
-
     m = cfg.model
     if not m.path:  # the tiny model `alprl sft` builds (agents/models.py build_tiny_model: Qwen2, tied embeddings)
         return ModelShape(name="tiny model (model.*)", hidden=m.hidden_size, layers=m.num_layers, heads=m.num_heads,
                           kv_heads=m.num_kv_heads, intermediate=m.intermediate_size, vocab=m.vocab_size,
                           tied=True, source="model.* settings")
-    found = _config_json(m.path)
+    found = config_json(m.path)
     if found is not None:
         return shape_from_config_json(m.path, *found)
     if m.path in KNOWN_SHAPES:

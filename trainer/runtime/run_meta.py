@@ -57,9 +57,10 @@ def source_commit(root: str | Path = PROJECT_ROOT) -> dict[str, Any] | None:
     return {"commit": commit, "dirty": dirty}
 
 
-def start_run_meta(run_dir: str | Path, cfg: TrainConfig, resuming: bool) -> dict[str, Any]:
-    """Write `<run_dir>/run_meta.json` for a new run and return it; a resumed run keeps the file it started with
-    and warns about each dataset file whose bytes differ from what the run began on."""
+def start_run_meta(run_dir: str | Path, cfg: TrainConfig, resuming: bool, engine: str) -> dict[str, Any]:
+    """Write `<run_dir>/run_meta.json` for a new run and return it (dataset fingerprints, the code, the engine that
+    samples); a resumed run keeps the file it started with and warns about each dataset file whose bytes differ
+    from what the run began on."""
     path = Path(run_dir) / RUN_META_FILE
     now = dataset_fingerprints(cfg)
     if resuming and path.is_file():
@@ -70,7 +71,7 @@ def start_run_meta(run_dir: str | Path, cfg: TrainConfig, resuming: bool) -> dic
                             "trains on the file as it is now", key, now[key]["path"], then.get("sha256_16"),
                             now[key]["sha256_16"])
         return meta
-    meta = {"datasets": now, "alprl_version": _version(), "source": source_commit(),
+    meta = {"datasets": now, "alprl_version": _version(), "source": source_commit(), "engine": engine,
             "started": datetime.now(UTC).isoformat(timespec="seconds")}
     write_run_meta(run_dir, meta)
     return meta

@@ -19,7 +19,7 @@ trainer keeps its own full-precision weights. Knobs (`RolloutConfig`):
 What a resume loses: the lag's copies live in memory only (a checkpoint would hold k + 1 models). A resumed run
 starts its queue afresh from the checkpoint's weights, so its first k steps sample with those and the lag ramps
 up again as at the start of a run (`mismatch/policy_lag_effective` shows it). MIPU's screening needs the engine
-to hold the candidate it screens, so `trainer/config/validation.py` refuses a lag with `algo.mipu_screen`.
+to hold the candidate it screens, so config validation (`trainer/setup/rules.py`) refuses a lag with `algo.mipu_screen`.
 
 What is streamed (`full_named_parameters`) is each parameter whole, gathered from its FSDP shards one at a time;
 for a LoRA policy (`model.lora.r` > 0), the start model's weights with each adapted one merged with its adapter

@@ -1,0 +1,1 @@
+"""Assembling and checking a run's config: the layering (defaults <- preset <- recipe <- command line), the validation against the registries that consume each value, and the config saved with a model read back for evaluation."""
