@@ -82,11 +82,23 @@ class Server:
         assert self.run_processes() == []
         assert self.private_tmp_leftovers() == []
         for host_dir in ("/tmp", "/dev/shm", "/var/tmp"):
-            owned = [e.name for e in os.scandir(host_dir) if e.stat(follow_symlinks=False).st_uid in self.uids]
+            owned = [name for name, uid in host_entries(host_dir) if uid in self.uids]
             assert owned == [], f"{host_dir} has files of slot uids: {owned}"
 
     def close(self) -> None:
         self.http.close()
+
+
+def host_entries(host_dir: str) -> list[tuple[str, int]]:
+    """(name, owner uid) of each entry of a shared host directory; an entry another process (runc, a test on the
+    other worker) removes between the listing and its stat is skipped: gone, it is no leftover."""
+    found = []
+    for entry in os.scandir(host_dir):
+        try:
+            found.append((entry.name, entry.stat(follow_symlinks=False).st_uid))
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def server_context(**settings):
