@@ -107,6 +107,9 @@ if __name__ == "__main__":  # vLLM spawns its processes: they re-import this fil
 """
 # Logged by vLLM's spawned processes while `vllm` imports, before anything of ours runs there (see vllm_logs).
 SPAWNED_IMPORT_LINE = "Triton is installed, but doesn't include CPU backend. Disabling Triton."
+# vLLM's word that its engine core outlived SHUTDOWN_GRACE_S and was killed: close() bounds its time by design, and
+# on a loaded machine (a test worker beside experiments) a clean shutdown can take longer than the grace.
+FORCE_KILL_MARK = "[shutdown] Process manager: force killing remaining process"
 
 
 @pytest.mark.slow
@@ -120,5 +123,5 @@ def test_a_quiet_engine_prints_nothing_but_its_spawned_import_line(tmp_path, tin
                          capture_output=True, text=True, timeout=300)
     lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     assert out.returncode == 0, "\n".join(lines[-40:])
-    assert [line for line in lines if line != SPAWNED_IMPORT_LINE] == ["ALPRL generated 8", "ALPRL closed"], \
-        "\n".join(lines)
+    said = [line for line in lines if line != SPAWNED_IMPORT_LINE and FORCE_KILL_MARK not in line]
+    assert said == ["ALPRL generated 8", "ALPRL closed"], "\n".join(lines)
