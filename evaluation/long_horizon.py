@@ -113,6 +113,11 @@ def collapses(success: Series, drop: float = COLLAPSE_DROP) -> Events:
     return _events(found)
 
 
+def first_reaching(success: Series, target: float) -> int | None:
+    """The step of the first evaluation whose success is at least `target` (None: no evaluation reached it)."""
+    return next((step for step, value in success if value >= target - _TOLERANCE), None)
+
+
 @dataclass(frozen=True)
 class RunCounts:
     """One run's counts (module docstring) and the levels they are relative to."""

@@ -138,6 +138,9 @@ class Suite:
     horizon_report: bool = False
     """Add the per-step counts (spikes, collapse) and the over-the-horizon figures to the report
     (evaluation/long_horizon.py)."""
+    reach_arm: str = ""
+    """An arm whose endpoint the others claim to reach (the synchronous result): when it runs, the report gives
+    each run's first evaluation at or above that endpoint (evaluation/reports/long_horizon_report.py)."""
     primary: Callable[[str, str], bool] | None = None
     """Which (arm, against) comparisons test the papers' claim: the primary family, declared with the suite before
     its cells run, over which the report's Holm correction runs; the rest are printed as exploratory. None: every
@@ -228,7 +231,10 @@ class Plan:
                 "comparisons": [list(p) for p in self.comparisons()],
                 "primary": [list(p) for p in self.primary()],
                 "cells": [{"name": c.name, "arm": c.arm, "method": c.method, "setting": c.setting.name,
-                           "seed": c.seed} for c in self.cells]}
+                           "seed": c.seed} for c in self.cells]} | self._reach()
+
+    def _reach(self) -> dict:
+        return {"reach": self.suite.reach_arm} if self.suite.reach_arm in {c.arm for c in self.cells} else {}
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -296,7 +296,7 @@ SUITES = {s.name: s for s in (
           "horizon (ALP Figures 1, 3, 4); --settings lag4 for the harsher sampler, where VESPO, VCPO, MinPRO and "
           "CTPO join them", (*LONG_METHODS, *OFFPOLICY_2026), _long_settings,
           pair_arms=long_comparisons, primary=long_primary,
-          horizons=LONG_HORIZONS, horizon_report=True,
+          horizons=LONG_HORIZONS, horizon_report=True, reach_arm=f"grpo/{LONG_SYNC}",
           cost="10 cells (5 methods × lag2 × seeds 0,1): ~10 s a step two cells at a time (2026-12-05), so "
                "~38 min a 200-step cell with its 8 evaluations and ~3.2 h for the suite with --parallel 2; "
                "--settings lag4: 18 cells (9 methods × seeds 0,1), 21-42 min a cell (the five presets' lag-4 cells)",

@@ -165,7 +165,8 @@ def report_data(out: str | Path) -> dict[str, Any]:
     # the last evaluation alone is a secondary endpoint where the primary one pools the second half
     last = [{**c, "family": "secondary"} for c in judged_comparisons(plan, records, arms, "last")] if periodic else []
     done = {c["cell"] for c in cells}
-    horizon = {"long_horizon": long_horizon_data(horizon_runs(cells))} if plan.get("horizon_report") else {}
+    reach = (plan["reach"], arms[plan["reach"]]["success"]) if plan.get("reach") in arms else None
+    horizon = {"long_horizon": long_horizon_data(horizon_runs(cells), reach)} if plan.get("horizon_report") else {}
     return {"suite": plan["suite"], "doc": plan["doc"], "claim": plan.get("claim", ""), "scale": plan["scale"], "steps": plan["steps"],
             "seeds": plan["seeds"], "config": plan["config"], "start": plan["start"], "overrides": plan["overrides"],
             "settings": plan["settings"], "scale_words": words, "arms": arms, "comparisons": comparisons,

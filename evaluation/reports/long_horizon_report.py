@@ -20,8 +20,10 @@ from evaluation.long_horizon import (
     KL_SPIKE_FACTOR,
     SERIES,
     HorizonRun,
+    first_reaching,
     horizon_run,
     pooled_counts,
+    step_series,
 )
 from evaluation.reports.experiment_stats import read_jsonl
 
@@ -51,11 +53,27 @@ def horizon_runs(cells: Sequence[dict[str, Any]]) -> list[HorizonRun]:
             for c in cells]
 
 
-def long_horizon_data(runs: Sequence[HorizonRun]) -> dict[str, Any]:
-    """report.json's `long_horizon`: the definitions, each run's counts and each arm's pooled over its seeds."""
+def reach_data(runs: Sequence[HorizonRun], reference: str, target: float) -> dict[str, Any]:
+    """report.json's `long_horizon.reach`: per arm, each run's first evaluation at or above `target`, the endpoint
+    of the `reference` arm (the synchronous result a method under lag claims to reach): how many steps each run
+    needed to get there, the reference's own runs included."""
+    arms: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        first = first_reaching(step_series(r.records, SERIES["success"]), target)
+        arm = arms.setdefault(r.arm, {"per_seed": {}, "reached": 0, "runs": 0})
+        arm["per_seed"][str(r.seed)] = first
+        arm["reached"] += first is not None
+        arm["runs"] += 1
+    return {"reference": reference, "target": target, "arms": arms}
+
+
+def long_horizon_data(runs: Sequence[HorizonRun], reach: tuple[str, float] | None = None) -> dict[str, Any]:
+    """report.json's `long_horizon`: the definitions, each run's counts and each arm's pooled over its seeds; with
+    `reach` (reference arm, its endpoint), the steps each run took to reach that endpoint (`reach_data`)."""
     arms = {arm: pooled_counts([r.counts for r in runs if r.arm == arm]) for arm in dict.fromkeys(r.arm for r in runs)}
     per_run = [{"cell": r.cell, "arm": r.arm, "seed": r.seed, **asdict(r.counts)} for r in runs]
-    return {"definitions": definitions(), "keys": dict(SERIES), "runs": per_run, "arms": arms}
+    data = {"definitions": definitions(), "keys": dict(SERIES), "runs": per_run, "arms": arms}
+    return data | ({"reach": reach_data(runs, *reach)} if reach is not None else {})
 
 
 def _f(value: float | None, fmt: str) -> str:
@@ -96,13 +114,24 @@ def extremes_rows(data: dict[str, Any]) -> list[list[str]]:
              _at(r["min_r_byp_p2"], ".3g"), _at(r["max_kl"]), _f(r["median_kl"], ".2e")] for r in data["runs"]]
 
 
+def reach_rows(reach: dict[str, Any]) -> list[list[str]]:
+    return [[arm, f"{a['reached']}/{a['runs']}", ", ".join(_first(step) for step in a["per_seed"].values())]
+            for arm, a in reach["arms"].items()]
+
+
+REACH_HEADER = ["arm", "runs that reached it", "first step per seed"]
 TITLE = "Over the whole horizon: spikes and collapses"
 
 
 def horizon_tables(horizon: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(caption, header, rows) of the section's tables, for report.md and report.html: the counts per arm, then
     per run, then each run's envelope and KL extremes."""
-    return [("Per arm, over its seeds: total (runs with at least one / runs), earliest first step.", ARM_HEADER,
-             arm_rows(horizon)), ("Per run:", RUN_HEADER, run_rows(horizon)),
-            ("Per run, how far the envelopes and the KL went (the step where they did):", EXTREMES_HEADER,
-             extremes_rows(horizon))]
+    tables = [("Per arm, over its seeds: total (runs with at least one / runs), earliest first step.", ARM_HEADER,
+               arm_rows(horizon)), ("Per run:", RUN_HEADER, run_rows(horizon)),
+              ("Per run, how far the envelopes and the KL went (the step where they did):", EXTREMES_HEADER,
+               extremes_rows(horizon))]
+    if reach := horizon.get("reach"):
+        tables.append((f"Steps to `{reach['reference']}`'s result (its endpoint, {reach['target']:.3f}): each run's "
+                       "first held-out evaluation at or above it (never: none did); a reading without an interval.",
+                       REACH_HEADER, reach_rows(reach)))
+    return tables

@@ -15,6 +15,7 @@ from evaluation.long_horizon import (
     Events,
     collapses,
     excursions,
+    first_reaching,
     pooled_counts,
     run_counts,
     spikes,
@@ -53,6 +54,14 @@ def test_collapse_is_more_than_20_points_below_the_best_so_far():
     # best so far: 0.5, 0.7, 0.7, 0.7, 0.8, 0.8; drops 0, 0, 0.1, 0.3, 0, 0.5 → steps 100 and 150 collapse
     success = [(25, 0.5), (50, 0.7), (75, 0.6), (100, 0.4), (125, 0.8), (150, 0.3)]
     assert collapses(success) == Events(2, 100, (100, 150))
+
+
+def test_the_first_evaluation_at_or_above_the_target_is_where_a_run_reached_it():
+    success = [(25, 0.3), (50, 0.61), (75, 0.8), (100, 0.7)]
+    assert first_reaching(success, 0.7) == 75
+    assert first_reaching(success, 0.3) == 25
+    assert first_reaching([(25, 0.7 - 1e-12)], 0.7) == 25  # a float's last digit is not a miss
+    assert first_reaching(success, 0.81) is None and first_reaching([], 0.1) is None
 
 
 def test_an_early_low_evaluation_is_no_collapse():

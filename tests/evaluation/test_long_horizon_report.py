@@ -92,6 +92,32 @@ def test_the_long_report_counts_spikes_and_collapses_per_run_and_per_arm(tmp_pat
         assert f"<img alt='{title}'" in page
 
 
+def test_with_a_reference_arm_the_report_counts_the_steps_each_run_took_to_reach_its_endpoint(tmp_path):
+    out = _experiment(tmp_path, horizon_report=True)
+    plan = json.loads((out / "experiment.json").read_text())
+    (out / "experiment.json").write_text(json.dumps(plan | {"reach": "grpo/lag2"}))
+    slow = _metrics(1, None, None, {4: 0.3, 8: 0.45, 12: 0.5})  # token_mis seed 1 gets there at its last evaluation
+    short = _metrics(1, None, None, {4: 0.4, 8: 0.45, 12: 0.49})  # grpo seed 1 never does
+    for cell, records in (("token_mis__lag2__seed1", slow), ("grpo__lag2__seed1", short)):
+        (out / cell / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_experiment_report(out)
+    data = json.loads((out / "report.json").read_text())
+    reach = data["long_horizon"]["reach"]
+    assert reach["reference"] == "grpo/lag2" and reach["target"] == data["arms"]["grpo/lag2"]["success"] == 0.5
+    assert reach["arms"]["grpo/lag2"] == {"per_seed": {"0": 4, "1": None}, "reached": 1, "runs": 2}
+    assert reach["arms"]["token_mis/lag2"] == {"per_seed": {"0": 4, "1": 12}, "reached": 2, "runs": 2}
+    md = (out / "report.md").read_text()
+    assert "Steps to `grpo/lag2`'s result (its endpoint, 0.500)" in md and "| token_mis/lag2 | 2/2 | 4, 12 |" in md
+    assert "| grpo/lag2 | 1/2 | 4, never |" in md
+
+
+def test_without_a_reference_arm_there_is_no_reach_table(tmp_path):
+    out = _experiment(tmp_path, horizon_report=True)
+    write_experiment_report(out)
+    assert "reach" not in json.loads((out / "report.json").read_text())["long_horizon"]
+    assert "Steps to" not in (out / "report.md").read_text()
+
+
 def test_other_suites_have_no_long_horizon_section(tmp_path):
     out = _experiment(tmp_path, horizon_report=False)
     write_experiment_report(out)

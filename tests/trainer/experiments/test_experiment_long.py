@@ -101,6 +101,9 @@ def test_the_synchronous_grpo_runs_only_when_named_and_every_lag4_arm_is_compare
     assert sync == [("grpo/lag4", "grpo/lag0"), ("vcpo/lag4", "grpo/lag0"), ("token_alp/lag4", "grpo/lag0")]
     assert not any(suites.long_primary(*p) for p in sync)  # reaching the synchronous result is read, not tested
     assert suites.long_primary("vcpo/lag4", "grpo/lag4") and suites.long_primary("token_alp/lag4", "grpo/lag4")
+    assert plan.describe()["reach"] == "grpo/lag0"  # the report counts the steps each run took to reach it
+    without = plan_of("long", "--settings", "lag4", "--methods", "grpo,vcpo", "--seeds", "0", "--out", str(tmp_path))
+    assert "reach" not in without.describe()  # no synchronous arm, nothing to reach: experiment.json as before
 
 
 @pytest.mark.smoke
