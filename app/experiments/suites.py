@@ -299,7 +299,8 @@ SUITES = {s.name: s for s in (
           horizons=LONG_HORIZONS, horizon_report=True, reach_arm=f"grpo/{LONG_SYNC}",
           cost="10 cells (5 methods × lag2 × seeds 0,1): ~10 s a step two cells at a time (2026-12-05), so "
                "~38 min a 200-step cell with its 8 evaluations and ~3.2 h for the suite with --parallel 2; "
-               "--settings lag4: 18 cells (9 methods × seeds 0,1), 21-42 min a cell (the five presets' lag-4 cells)",
+               "--settings lag4: 18 cells (9 methods × seeds 0,1), 21-42 min a cell (the five presets' lag-4 cells; "
+               "the 2026 methods' 21-40 min, 21 alone two at a time), lag0: 2 cells, ~21 min",
           claim="over a long run Seq-Bypass's loss-ratio envelope blows up while ALP's stays tight, ALP avoids "
           "the KL spikes MIS shows, and its entropy is higher but controlled"),
     Suite("alp_acting", "Token-ALP with a perturbation that acts (relative σ0 0.1) against its exact noise-free twin "
