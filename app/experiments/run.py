@@ -7,6 +7,10 @@ SIGTERM, a killed machine) continues from its last checkpoint as `alprl train --
 replayed); one with no checkpoint yet, or started with other overrides (`cell_start.json`), starts over. A
 finished cell run with other overrides than the plan's is refused, not silently reused.
 
+A failing cell (an exception in its training, evaluation or sweep) does not stop the others: the suite runs on,
+the report covers the cells that finished, the failure's traceback goes to `<out>/errors/<cell>.txt`, and the
+command ends with one error naming every failed cell (exit 1); a rerun retries them.
+
 Reusing (`--reuse DIR`): a cell whose resolved config is another experiment's finished cell's (output directory and
 the preset's name aside: `token_bypass` with ALP's clip and noise is the `token_alp` run) is copied from there
 instead of trained again; its cell.json says where it came from.
@@ -25,6 +29,7 @@ import os
 import shutil
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, replace
@@ -65,7 +70,9 @@ def add_experiment_parser(sub) -> None:
         description="Train every cell (method × setting × seed) of SUITE from one SFT start on the same tasks, "
         "evaluate each on the same held-out tasks, and write <out>/report.html, report.json and report.md "
         "(mean held-out success with 95% bootstrap intervals, paired differences against the baseline, overlaid "
-        "figures, a summary in words). A rerun skips the cells already finished.",
+        "figures, a summary in words). A rerun skips the cells already finished and resumes half-done ones. A "
+        "cell that fails does not stop the others: its traceback goes to <out>/errors/<cell>.txt and the command "
+        "ends naming it (exit 1).",
         epilog=f"suites:\n{suites}\n\nscales:\n{scales}\n\n"
         "overrides: key=value for every cell, e.g. rollout.dtype=float32 (not the keys the suite varies)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -315,26 +322,50 @@ def _cell_in_process(plan: Plan, cell: Cell, threads: int) -> dict:
     return run_cell(plan, cell)
 
 
-def run_cells(plan: Plan, todo: list[Cell], parallel: int) -> Iterator[dict]:
-    """Run `todo` one at a time in this process, or `parallel` at a time in fresh processes; yields each cell's
-    info as it finishes."""
+def run_cells(plan: Plan, todo: list[Cell], parallel: int) -> Iterator[tuple[Cell, dict | Exception]]:
+    """Run `todo` one at a time in this process, or `parallel` at a time in fresh processes; yields each cell with
+    its info as it finishes, or with the exception it failed with (the other cells go on: one method's crash does
+    not cost the rest of a long suite). An interrupt (KeyboardInterrupt, SystemExit) still stops everything."""
     if parallel <= 1 or len(todo) <= 1:
         for cell in todo:
-            yield run_cell(plan, cell)
+            try:
+                yield cell, run_cell(plan, cell)
+            except Exception as exc:  # reported with its traceback by run_experiment; the next cell goes on
+                yield cell, exc
         return
     threads = build_config(plan.config, plan.common).torch_threads
     # spawn: vLLM and torch threads do not survive a fork; one task per child: each cell's engine leaves with it
     with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("spawn"),
                              max_tasks_per_child=1) as pool:
-        pending = {pool.submit(_cell_in_process, plan, cell, threads) for cell in todo}
+        pending = {pool.submit(_cell_in_process, plan, cell, threads): cell for cell in todo}
         try:
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    yield future.result()
+                    cell = pending.pop(future)
+                    exc = future.exception()
+                    yield cell, exc if isinstance(exc, Exception) else future.result()
         finally:
             for future in pending:
                 future.cancel()
+
+
+ERRORS_DIR = "errors"
+"""`<out>/errors/<cell>.txt`: the traceback of a cell that failed in the last run that tried it."""
+
+
+def record_failure(out: Path, cell: Cell, exc: Exception) -> str:
+    """Write the cell's traceback (a worker's own included: ProcessPoolExecutor chains it as the cause) to
+    `<out>/errors/<cell>.txt`; returns the one line the final error names the cell with."""
+    path = out / ERRORS_DIR / f"{cell.name}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(traceback.format_exception(exc)))
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{cell.name} ({type(exc).__name__}{': ' + first if first else ''})"
+
+
+class CellsFailed(RuntimeError):
+    """Some cells failed; the others finished and are in the report."""
 
 
 def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, reuse: Path | None = None,
@@ -355,9 +386,15 @@ def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, re
         warm_start(plan, show_progress)
         if results is not None:
             check_warm_start(Path(plan.start).expanduser(), results)
+    failed: list[str] = []
     with progress_bar(f"experiment {plan.suite.name}", total=len(plan.cells),
                       completed=len(plan.cells) - len(todo), enabled=show_progress) as bar:
-        for info in run_cells(plan, todo, parallel):
+        for cell, info in run_cells(plan, todo, parallel):
+            if isinstance(info, Exception):
+                failed.append(record_failure(plan.out, cell, info))
+                bar.advance()
+                continue
+            (plan.out / ERRORS_DIR / f"{cell.name}.txt").unlink(missing_ok=True)  # a retried cell's old failure
             write_experiment_report(plan.out, html_too=False)  # json + md of the cells so far: a kill keeps them
             if results is not None:
                 sync_results(plan.out, results, names)
@@ -365,6 +402,10 @@ def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, re
     report = write_experiment_report(plan.out)
     if results is not None:
         sync_results(plan.out, results, names)
+    if failed:
+        raise CellsFailed(f"{len(failed)} of {len(todo)} cells failed: {'; '.join(failed)}. The others finished and "
+                          f"are in {report}; tracebacks in {plan.out / ERRORS_DIR}/. Rerun the same command to retry "
+                          "the failed cells (finished cells are kept, half-done ones resume from their checkpoint).")
     return report
 
 
@@ -391,5 +432,8 @@ def run_experiment_command(args: argparse.Namespace) -> int:
     except (ConfigError, FileNotFoundError) as exc:
         print(f"alprl experiment: error: {exc}", file=sys.stderr)
         return 2
+    except CellsFailed as exc:
+        print(f"alprl experiment: error: {exc}", file=sys.stderr)
+        return 1
     print(report)
     return 0

@@ -321,3 +321,28 @@ def test_a_cell_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, sft_di
     steps_run.clear()
     assert main(argv) == 0, capsys.readouterr().err
     assert steps_run == [1, 2, 3] and "resumed_from_step" not in json.loads((cell / "cell.json").read_text())
+
+
+@pytest.mark.smoke
+def test_a_failing_cell_leaves_the_others_running_and_names_itself_at_the_end(tmp_path, sft_dir, capsys):
+    out = tmp_path / "alp"
+    argv = ["experiment", "alp", "--scale", "smoke", "--methods", "grpo,token_mis", "--settings", "lag2", "--steps",
+            "1", "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
+    broken = "token_mis__lag2__seed0"
+    out.mkdir()
+    (out / broken).write_text("a file where the cell's run directory goes: the cell cannot start")
+    # two at a time: the failure happens in a spawned worker, the other cell finishes beside it
+    assert main([*argv, "--parallel", "2"]) == 1
+    err = capsys.readouterr().err
+    assert f"1 of 2 cells failed: {broken} (NotADirectoryError" in err and "Rerun the same command" in err
+    assert str(out / "errors") in err and len(err.strip().splitlines()) == 1
+    data = json.loads((out / "report.json").read_text())
+    assert data["cells_finished"] == 1 and data["cells_missing"] == [broken] and (out / "report.html").is_file()
+    trace = (out / "errors" / f"{broken}.txt").read_text()
+    assert "Traceback" in trace and "NotADirectoryError" in trace and "run_cell" in trace  # the worker's own frames
+    # one at a time, in this process: the same failure, the finished cell untouched
+    assert main(argv) == 1 and f"1 of 1 cells failed: {broken}" in capsys.readouterr().err
+    (out / broken).unlink()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert json.loads((out / "report.json").read_text())["cells_finished"] == 2
+    assert not (out / "errors" / f"{broken}.txt").exists()  # the retried cell's old failure is gone
