@@ -109,8 +109,12 @@ class Components:
 def policy_path(cfg: TrainConfig) -> str:
     """The model to start from: `model.path`, else the SFT warm start in `sft.output_dir`."""
     path = cfg.model.path or cfg.sft.output_dir
-    if not Path(path).expanduser().exists() and not cfg.model.path:
+    if not cfg.model.path and not Path(path).expanduser().exists():
         raise FileNotFoundError(f"no warm-start model at {path}: run `alprl sft` first or set model.path=<dir>")
+    if not cfg.model.path and not (Path(path).expanduser() / "config.json").is_file():  # save_pretrained comes last
+        raise FileNotFoundError(f"the SFT warm start in {path} is incomplete (no config.json: the `alprl sft` that "
+                                "builds it has not finished); rerun `alprl sft` with the same --config and "
+                                "overrides (it continues from its resume point) or set model.path=<dir>")
     check_warm_start(cfg)
     return path
 

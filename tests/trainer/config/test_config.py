@@ -131,6 +131,18 @@ def test_an_experiment_cell_runs_its_method_as_the_preset_defines_it():
     assert cell_config(recipe, ["algorithm=grpo"]).algo.loss_agg == "token-mean"
 
 
+def test_a_missing_or_half_built_warm_start_is_one_line_naming_alprl_sft(tmp_path, capsys):
+    argv = ["train", "--config", "configs/demo.yaml", "steps=1", f"output_dir={tmp_path / 'run'}"]
+    assert main([*argv, f"sft.output_dir={tmp_path / 'never_built'}"]) == 2
+    assert "no warm-start model at" in capsys.readouterr().err
+    half = tmp_path / "half_built"  # an `alprl sft` stopped before its model was saved: only its resume folder
+    (half / "resume").mkdir(parents=True)
+    assert main([*argv, f"sft.output_dir={half}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"the SFT warm start in {half} is incomplete" in err and "rerun `alprl sft`" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_one_warm_start_serves_every_rl_seed_and_keeps_its_fingerprint(tmp_path):
     import json
 
