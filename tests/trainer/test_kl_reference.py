@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from test_objective import _batch
+from loss_batches import response_batch
 from tiny_tir import SMALL
 
 from trainer.config.algo_config import AlgoConfig
@@ -24,7 +24,7 @@ LOGP = OLD + torch.tensor([[0.1, -0.2, 0.0], [0.0, 0.3, 0.1]])
 
 
 def _loss(**algo):
-    batch = _batch(OLD, OLD, MASK, torch.tensor([[1.0], [-1.0]]) * MASK)
+    batch = response_batch(OLD, OLD, MASK, torch.tensor([[1.0], [-1.0]]) * MASK)
     batch.ref_logp = REF
     cfg = AlgoConfig(**algo)
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(cfg, batch)
@@ -51,7 +51,7 @@ def test_no_kl_term_in_the_loss_when_it_goes_into_the_reward():
 
 
 def test_kl_reward_penalty_subtracts_beta_times_the_episode_sum():
-    batch = _batch(OLD, OLD, MASK, torch.zeros(2, 3))
+    batch = response_batch(OLD, OLD, MASK, torch.zeros(2, 3))
     batch.rewards, batch.ref_logp = torch.tensor([1.0, 0.0]), REF
     rewards, metrics = kl_reward_penalty(AlgoConfig(kl_coef=0.5, kl_type="k1"), batch)
     sums = [(-1.0 + 1.2) + 0.0, (-0.3 + 0.1) + (-1.1 + 1.6) + 0.0]  # k1 = old − ref, masked tokens left out

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from loss_batches import response_batch
 from torch import nn
 
 from trainer.config.algo_config import AlgoConfig
@@ -16,19 +17,6 @@ from trainer.update import UpdateSettings, denominators, micro_batch_objective, 
 NORM = "seq-mean-token-sum-norm"
 
 
-def _batch(old, rollout, mask, adv, width=None):
-    """A Batch around response tensors (b, T); `width` pads the response with masked columns."""
-    b, t = mask.shape
-    if width is not None and width > t:
-        pad = torch.zeros(b, width - t)
-        old, rollout, mask, adv = (torch.cat([x, pad], 1) for x in (old, rollout, mask, adv))
-        t = width
-    return Batch(input_ids=torch.zeros(b, t + 1, dtype=torch.long), attention_mask=torch.ones(b, t + 1),
-                 response_start=torch.ones(b, dtype=torch.long), response_len=torch.full((b,), t),
-                 response_ids=torch.zeros(b, t, dtype=torch.long), loss_mask=mask, rollout_logp=rollout,
-                 rewards=torch.zeros(b), group_ids=torch.zeros(b, dtype=torch.long), advantages=adv, old_logp=old)
-
-
 def _worked_example(width=None):
     """Rows: 3 valid tokens with A = +1; 2 valid tokens (one padding) with A = −2; an empty row."""
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
@@ -36,7 +24,7 @@ def _worked_example(width=None):
     rollout = old - 0.05  # never read by ppo_clip without a correction
     delta = torch.tensor([[0.1, 0.0, -0.1], [0.2, 0.0, 7.0], [0.0, 0.0, 0.0]])  # Δ_upd; 7.0 sits on padding
     adv = torch.tensor([[1.0], [-2.0], [3.0]]) * mask
-    batch = _batch(old, rollout, mask, adv, width)
+    batch = response_batch(old, rollout, mask, adv, width)
     logp = batch.old_logp + (delta if width is None else torch.cat([delta, torch.zeros(3, width - 3)], 1))
     return batch, logp
 
@@ -141,7 +129,7 @@ class _TableLM(nn.Module):
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)  # HF's semantics
 
 
-def _lm_batch():
+def _lmresponse_batch():
     """Prompt token 1, responses of 3, 2 and 1 tokens (right-padded), advantages +1, −2, +0.5."""
     ids = torch.tensor([[1, 2, 3, 4], [1, 5, 6, 0], [1, 3, 0, 0]])
     lens = torch.tensor([3, 2, 1])
@@ -156,7 +144,7 @@ def test_seq_mean_token_sum_norm_through_update_policy():
     # first mini-batch: logp = old_logp, r = 1, so ℓ = −A per valid token (dual clip inactive: 2 < 3·2);
     # row sums −1·3, +2·2, −0.5·1 → (−3 + 4 − 0.5) / (B′ = 3 · T_norm = 8) = 0.5 / 24, micro-batches of 1 row
     model = _TableLM()
-    batch = _lm_batch()
+    batch = _lmresponse_batch()
     batch.old_logp = old_logprobs(model, batch, temperature=1.0, micro_batch_size=1)
     algo = AlgoConfig(loss_agg=NORM, loss_agg_norm_len=8)
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
