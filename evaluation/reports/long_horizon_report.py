@@ -125,7 +125,7 @@ TITLE = "Over the whole horizon: spikes and collapses"
 
 def horizon_tables(horizon: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(caption, header, rows) of the section's tables, for report.md and report.html: the counts per arm, then
-    per run, then each run's envelope and KL extremes."""
+    per run, then each run's envelope and KL extremes; with a reference arm, the steps each run took to reach it."""
     tables = [("Per arm, over its seeds: total (runs with at least one / runs), earliest first step.", ARM_HEADER,
                arm_rows(horizon)), ("Per run:", RUN_HEADER, run_rows(horizon)),
               ("Per run, how far the envelopes and the KL went (the step where they did):", EXTREMES_HEADER,
