@@ -141,27 +141,46 @@ def env_entry(env_id: str) -> EnvEntry:
     return entry
 
 
-def think_history_refusal(env_cfg: Any, tokenizer: PreTrainedTokenizerBase | None = None) -> str | None:
-    """Why `env.think_history=strip` cannot hold for this env and style (and, given the tokenizer, its chat template:
-    `agents.templates.check.strip_refusal`); None where it holds or the policy is keep. Only an env whose agent takes
-    a function-calling style (hermes) can make assistant turns of their own; every other keeps an episode in one
-    assistant message, with no earlier turn to strip."""
-    if getattr(env_cfg, "think_history", "keep") != "strip":
+def history_refusal(env_cfg: Any, tokenizer: PreTrainedTokenizerBase | None = None) -> str | None:
+    """Why this env and style cannot build later prompts as `env.think_history` / `env.context` ask (agents/templates/history.py;
+    given the tokenizer, also by its chat template: `agents.templates.check.strip_refusal`); None where they can.
+    Only an env whose agent takes a function-calling style (hermes) can make assistant turns of their own, which
+    `strip` needs; every other keeps an episode in one assistant message, which compaction needs."""
+    strip = getattr(env_cfg, "think_history", "keep") == "strip"
+    context = getattr(env_cfg, "context", "none")
+    if not strip and context == "none":
         return None
     entry = env_entry(env_cfg.id)
+    if strip and context != "none":
+        return (f"env.think_history=strip with env.context={context}: a run strips thinking (assistant turns of their "
+                "own) or compacts (one assistant message), not both; choose one")
+    if context != "none" and not entry.multi_turn:
+        return (f"env.context={context}: {entry.env_id} plays one turn per episode, so there is no history to "
+                "compact; use env.context=none")
     style = STYLES.get(env_cfg.style) if entry.styled else None
-    if style is None or style.tool_schema is None:
+    chat_style = style is not None and style.tool_schema is not None
+    if strip and not chat_style:
         what = f"{entry.env_id} with env.style={env_cfg.style}" if entry.styled else entry.env_id
         return (f"env.think_history=strip: {what} keeps each episode in one assistant message, which has no "
                 "earlier assistant turn to strip; use keep (strip needs hermes tool turns: env.style=hermes on "
                 f"{', '.join(e.env_id for e in ENTRIES if e.styled)})")
-    return None if tokenizer is None else strip_refusal(entry.make_agent(tokenizer, env_cfg.style))
+    if tokenizer is None or not chat_style:
+        return None
+    agent = entry.make_agent(tokenizer, env_cfg.style)
+    if strip:
+        return strip_refusal(agent)
+    if agent.tool_turn is not None:
+        return (f"env.context={context}: env.style={env_cfg.style} under this chat template makes each tool call an "
+                "assistant turn of its own, and alprl compacts only episodes kept in one assistant message (a "
+                "compacted chat would need the template to render what was dropped); use env.style=simpletir or "
+                "torl, or env.context=none")
+    return None
 
 
 def make_agent(env_cfg: Any, tokenizer: PreTrainedTokenizerBase) -> Agent:
-    """The agent for `env_cfg.id` (anything with `.id` and `.style`); raises ValueError for an
-    `env.think_history=strip` that cannot hold (`think_history_refusal`)."""
-    refusal = think_history_refusal(env_cfg, tokenizer)
+    """The agent for `env_cfg.id` (anything with `.id` and `.style`); raises ValueError for an `env.think_history` or
+    `env.context` that cannot hold (`history_refusal`)."""
+    refusal = history_refusal(env_cfg, tokenizer)
     if refusal:
         raise ValueError(refusal)
     return env_entry(env_cfg.id).make_agent(tokenizer, env_cfg.style)

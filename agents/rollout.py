@@ -75,6 +75,13 @@ from typing import Any, Protocol
 import gymnasium as gym
 
 from agents.engines.base import Engine, EngineDied, GenerationRequest, GenerationResult
+from agents.templates.history import (
+    EpisodeHistory,
+    HistoryPolicy,
+    HistoryRules,
+    load_summarizer,
+    policy_summarizer,
+)
 from agents.trajectory import ANCHOR_OBS_KEY, Trajectory, state_key
 from envs.splits import derive_seed
 
@@ -134,6 +141,9 @@ class RolloutLimits:
     as SimpleTIR does; its `info["loss_masked"]` is then True."""
     stop_token_ids: list[int] = field(default_factory=list)
     """Token ids that end a turn besides the agent's end-of-turn ids (`rollout.stop_token_ids`)."""
+    history: HistoryPolicy = field(default_factory=HistoryPolicy)
+    """How later prompts are built (`env.think_history`, `env.context`): a prompt that does not extend the stream
+    starts a new trace of the episode (agents/templates/history.py); the default keeps every episode one stream."""
 
 
 @dataclass
@@ -145,10 +155,11 @@ class EpisodeSpec:
     group_id: int
 
 
-def _reset_all(envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec],
-               agent: Agent) -> tuple[list[Trajectory], list[str]]:
-    """The episodes' empty trajectories and the state keys of their first observations."""
-    trajs, states = [], []
+def _reset_all(envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec], agent: Agent,
+               rules: HistoryRules | None) -> tuple[list[Trajectory], list[str], list[EpisodeHistory | None]]:
+    """The episodes' empty trajectories, the state keys of their first observations and, where later prompts may
+    not extend the stream (`rules`), what the history rules read of each."""
+    trajs, states, histories = [], [], []
     for env, spec in zip(envs, specs, strict=True):
         obs, info = env.reset(seed=spec.seed, options=spec.options)
         states.append(state_key(obs))
@@ -156,7 +167,8 @@ def _reset_all(envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec],
                                 task_id=str(info.get("task_id", "")),
                                 info={"task_type": info.get("task_type", ""), "turns": 0, "won": False,
                                       "truncated": False, "void_turn": False, "num_tool_calls": 0}))
-    return trajs, states
+        histories.append(rules.start(obs, info, trajs[-1].prompt_ids) if rules is not None else None)
+    return trajs, states, histories
 
 
 def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: Sequence[EpisodeSpec],
@@ -174,7 +186,8 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
     if len(envs) < len(specs):
         raise ValueError(f"run_episodes: {len(specs)} episodes need as many envs, got {len(envs)}")
     envs = list(envs)[: len(specs)]
-    trajs, states = _reset_all(envs, specs, agent)
+    rules = history_rules(engine, agent, limits)
+    trajs, states, histories = _reset_all(envs, specs, agent, rules)
     overlap = engine.overlap_episodes if overlap is None else overlap
     if overlap and not engine.concurrent_callers:
         raise ValueError(f"run_episodes: overlap=True needs an engine that takes concurrent callers; "
@@ -182,7 +195,8 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
     own_pool = pool is None
     pool = pool or ThreadPoolExecutor(max_workers=8)
     try:
-        _drive(_Episode(engine, agent, limits, greedy, seed, pool, first_index), envs, trajs, states, overlap)
+        _drive(_Episode(engine, agent, limits, greedy, seed, pool, first_index, rules), envs, trajs, states,
+               histories, overlap)
     finally:
         if own_pool:
             pool.shutdown()
@@ -193,6 +207,18 @@ def run_episodes(engine: Engine, agent: Agent, envs: Sequence[gym.Env], specs: S
         elif limits.mask_void_turns and traj.info["void_turn"]:
             traj.mask_out("void_turn")
     return trajs
+
+
+def history_rules(engine: Engine, agent: Agent, limits: RolloutLimits) -> HistoryRules | None:
+    """The rules that start new traces (agents/templates/history.py) for this call; None where every episode is one stream."""
+    policy = limits.history
+    if policy.append_only:
+        return None
+    summarize = None
+    if policy.context == "summarize":
+        summarize = (load_summarizer(policy.summarizer) if policy.summarizer else
+                     policy_summarizer(engine, agent, [*agent.end_of_turn_ids(), *limits.stop_token_ids]))
+    return HistoryRules(policy, agent, engine.max_model_len, limits.max_new_tokens, summarize)
 
 
 def infra_failure_reason(info: dict[str, Any]) -> str | None:
@@ -218,10 +244,11 @@ class _Episode:
     """One rollout call's shared settings and the per-turn steps of the driver."""
 
     def __init__(self, engine: Engine, agent: Agent, limits: RolloutLimits, greedy: bool, seed: int | None,
-                 pool: ThreadPoolExecutor, first_index: int = 0):
+                 pool: ThreadPoolExecutor, first_index: int = 0, rules: HistoryRules | None = None):
         self.engine, self.agent, self.limits, self.greedy, self.seed, self.pool = engine, agent, limits, greedy, \
             seed, pool
         self.first_index = first_index
+        self.rules = rules
         self.context = engine.max_model_len  # prompt + response tokens the engine holds
         self.deadline = time.monotonic() + limits.episode_timeout_s if limits.episode_timeout_s else None
         self.stop_token_ids = list(dict.fromkeys([*agent.end_of_turn_ids(), *limits.stop_token_ids]))
@@ -286,7 +313,7 @@ class _Episode:
 
 
 def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], states: list[str],
-           overlap: bool) -> None:
+           histories: list[EpisodeHistory | None], overlap: bool) -> None:
     """Run every episode to its end. Events arrive in this one thread: a sampled turn goes straight from the
     engine's future to the env-step pool, and a finished env step comes back here to be absorbed. Overlapped, the
     episodes whose steps ended meanwhile post their next turns at once (one call); turn by turn, they wait until
@@ -340,14 +367,16 @@ def _drive(episode: _Episode, envs: list[gym.Env], trajs: list[Trajectory], stat
                 raise err
             turns[i] += 1
             in_flight -= 1
-            if _absorb(trajs[i], step, episode):
+            if _absorb(trajs[i], step, episode, histories[i]):
                 states[i] = state_key(step[4].get(ANCHOR_OBS_KEY, step[0]))
                 waiting.append(i)
 
 
-def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
+def _absorb(traj: Trajectory, step: tuple, episode: _Episode, history: EpisodeHistory | None = None) -> bool:
     """Apply one env step to a trajectory; return True if the episode continues. The observation is cut to what
-    the response budget and the engine's context have room for; an episode that filled either ends truncated."""
+    the response budget and the engine's context have room for; an episode that filled either ends truncated. An
+    episode that goes on starts a new trace when its history rules give the next turn a prompt that does not extend
+    the stream (agents/templates/history.py)."""
     agent, limits = episode.agent, episode.limits
     obs, reward, terminated, truncated, info = step
     for key in ("won", "void_turn", "num_tool_calls", "invalid_actions", "extracted_answer"):
@@ -362,10 +391,20 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode) -> bool:
         traj.grade(reward)
         traj.info["truncated"] = bool(truncated)
         return False
+    obs_ids = capped_observation_ids(agent, obs, limits.max_obs_tokens)
+    if history is not None:  # a prompt that does not extend the stream starts a trace, the observation in its prompt
+        episode.rules.observe(history, obs, limits.max_obs_tokens)
+        nxt = episode.rules.next_prompt(traj, history, obs_ids)
+        if nxt is not None:
+            shown = len(traj.prompt_ids) + len(traj.response_ids) + len(obs_ids)
+            traj.start_trace(*nxt)
+            if nxt[1] == "compaction":
+                traj.info["compacted_tokens"] = traj.info.get("compacted_tokens", 0) + shown - len(nxt[0])
+            return True
     room = limits.max_response_tokens - len(traj.response_ids)
     context_room = episode.context - len(traj.prompt_ids) - len(traj.response_ids)
-    obs_ids = capped_observation_ids(agent, obs, limits.max_obs_tokens)[: min(room, context_room)]  # a cut
-    # to the budget or the context ends the episode, so only the max_obs_tokens cut must keep the framing
+    obs_ids = obs_ids[: min(room, context_room)]  # a cut to the budget or the context ends the episode, so only
+    # the max_obs_tokens cut must keep the framing
     traj.append(obs_ids, None)
     full = ("budget_exhausted" if len(traj.response_ids) >= limits.max_response_tokens else
             "context_exhausted" if len(traj.prompt_ids) + len(traj.response_ids) >= episode.context else None)

@@ -72,6 +72,17 @@ class TIRAgent:
     def prompt_ids(self, first_obs: str, info: dict[str, Any]) -> list[int]:
         return chat_prompt_ids(self.tokenizer, self.messages(first_obs), tools=self.tools)
 
+    def render_prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The chat template's prompt for the next turn of a conversation (opening messages, assistant turns, tool
+        results) with the agent's tools: `env.think_history=strip`'s next prompt (agents/templates/history.py)."""
+        return chat_prompt_ids(self.tokenizer, messages, tools=self.tools)
+
+    def shown_tool_content(self, obs: str, cap: int) -> str:
+        """The tool message's content as the model was shown it, within `cap` tokens (`capped_observation_ids`)."""
+        content = self.style.tool_message(obs)
+        return self.tokenizer.decode(self._capped_content_ids(obs, cap) or [], skip_special_tokens=False) \
+            if len(self.observation_ids(obs)) > cap else content
+
     def observation_ids(self, obs: str) -> list[int]:
         """Tool output as text: a printed `<|im_end|>` stays characters, never the control token. With tool turns,
         the template's tool turn around it, then the next generation prompt, with their control tokens."""
@@ -86,11 +97,18 @@ class TIRAgent:
         ids = self.observation_ids(obs)
         if len(ids) <= cap or self.tool_turn is None:
             return ids[:cap]
+        content = self._capped_content_ids(obs, cap)
+        if content is None:
+            return ids[:cap]
+        before, after = (self.tokenizer.encode(t, add_special_tokens=False) for t in self.tool_turn)
+        return before + content + after
+
+    def _capped_content_ids(self, obs: str, cap: int) -> list[int] | None:
+        """The tool output's ids that fit a tool turn of `cap` tokens beside its framing; None when the framing alone
+        is longer (the turn is then cut like any text)."""
         before, after = (self.tokenizer.encode(t, add_special_tokens=False) for t in self.tool_turn)
         room = cap - len(before) - len(after)
-        if room < 0:
-            return ids[:cap]
-        return before + encode_text(self.tokenizer, self.style.tool_message(obs))[:room] + after
+        return None if room < 0 else encode_text(self.tokenizer, self.style.tool_message(obs))[:room]
 
     def turn_ids(self, text: str) -> list[int]:
         """Token ids of an expert-written turn (SFT data); RL never re-encodes sampled text. With tool turns, a

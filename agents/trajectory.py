@@ -1,4 +1,14 @@
-"""The unit of RL data: one multi-turn episode as the sampler produced it, token-in/token-out.
+"""The unit of RL data: one multi-turn episode as the sampler produced it, token-in/token-out, as one or more traces.
+
+**Episodes and traces.** A trace is one prompt and every token that followed it as sampled: one row of the training
+batch. An episode is one trace as long as every later turn's prompt extends the token stream; a turn whose prompt
+does not (a thinking template that drops earlier `<think>` blocks under `env.think_history=strip`, a context
+compaction under `env.context`, a harness that edited its history) starts a new trace, whose prompt is exactly what
+the model was given for that turn. The reward, the group and every group statistic belong to the episode; each trace
+carries the episode's reward, group and advantage (docs/architecture.md, "Episodes of traces", says what each loss
+makes of a trace). The `Trajectory` a driver returns is the episode: it holds its current (last) trace's tokens and,
+in `earlier`, the traces before it; `traces` lists them all in order. Episode-wide writers (`grade`,
+`shape_reward`, `regroup`, `mask_out`, `mark_infra_failure`) reach every trace.
 
 Defined here (not in trainer/) because imports point one way (sandbox ← envs ← agents ← evaluation ←
 trainer) and `agents/rollout.py` is the only place that builds it. `trainer/objective/types.py` re-exports it.
@@ -33,6 +43,11 @@ class Trajectory:
     turn_states:      (N,) `state_key` of the state turn n acted on: the env's first observation for n = 0, then
                       step n − 1's `info["anchor_obs"]` where given, else its observation. Equal keys within a
                       group are the same state.
+
+    The fields above but reward, group_id, task_id and info are this trace's (the episode's last); an episode's turns
+    are its traces' turns in order.
+    earlier:          the episode's traces before this one, oldest first (empty for an append-only episode); each
+                      holds its own tokens, turns and `info["trace_start"]` (why it began; "" for the first).
     """
 
     prompt_ids: list[int]
@@ -45,6 +60,32 @@ class Trajectory:
     info: dict[str, Any] = field(default_factory=dict)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     turn_states: list[str] = field(default_factory=list)
+    earlier: list[Trajectory] = field(default_factory=list)
+
+    @property
+    def traces(self) -> list[Trajectory]:
+        """The episode's traces in order, this one last: the rows it makes in a batch (`collate`)."""
+        return [*self.earlier, self]
+
+    def start_trace(self, prompt_ids: list[int], reason: str) -> None:
+        """Begin a new trace whose prompt is `prompt_ids` (the prompt the model is given for its next turn, which
+        does not extend this trace's tokens): the tokens so far move into a trace of `earlier`, and this trajectory
+        goes on with an empty response. `reason` is one of `TRACE_STARTS`; `info["traces"]` counts the traces and
+        `info["trace_starts"]` the reasons."""
+        if reason not in TRACE_STARTS:
+            raise ValueError(f"start_trace: unknown reason {reason!r}; valid: {', '.join(TRACE_STARTS)}")
+        done = Trajectory(prompt_ids=self.prompt_ids, response_ids=self.response_ids, loss_mask=self.loss_mask,
+                          rollout_logprobs=self.rollout_logprobs, reward=self.reward, group_id=self.group_id,
+                          task_id=self.task_id, turn_spans=self.turn_spans, turn_states=self.turn_states,
+                          info={"trace": len(self.earlier), "trace_start": self.info.get("trace_start", "")})
+        self.earlier.append(done)
+        self.prompt_ids, self.response_ids, self.loss_mask, self.rollout_logprobs = list(prompt_ids), [], [], []
+        self.turn_spans, self.turn_states = [], []
+        self.info["trace"] = len(self.earlier)
+        self.info["trace_start"] = reason
+        self.info["traces"] = len(self.earlier) + 1
+        starts = self.info.setdefault("trace_starts", {})
+        starts[reason] = starts.get(reason, 0) + 1
 
     def append(self, token_ids: list[int], logprobs: list[float] | None) -> None:
         """Append sampled tokens (with their log-probs) or, with `logprobs=None`, observation tokens."""
@@ -67,20 +108,23 @@ class Trajectory:
 
     def grade(self, reward: float) -> None:
         """The episode's outcome reward, set once it ended by what drove it (agents/rollout.py, the policy
-        endpoint's recorder and harness source)."""
-        self.reward = float(reward)
+        endpoint's recorder and harness source); every trace carries it."""
+        for trace in self.traces:
+            trace.reward = float(reward)
 
     def shape_reward(self, delta: float, reason: str) -> None:
         """Add a shaping term to the graded reward (DAPO's overlong punishment); `info["reward_shaping"][reason]`
         keeps each term, so the episode's own outcome stays readable."""
-        self.reward += delta
+        for trace in self.traces:
+            trace.reward += delta
         shaping = self.info.setdefault("reward_shaping", {})
         shaping[reason] = shaping.get(reason, 0.0) + delta
 
     def regroup(self, group_id: int) -> None:
         """Move the episode to another GRPO group (DAPO renumbers the groups it keeps; a harness's later samples
         join their episode's group)."""
-        self.group_id = group_id
+        for trace in self.traces:
+            trace.group_id = group_id
 
     def mask_out(self, reason: str) -> None:
         """Leave the whole episode out of the loss: mask 0 and rollout log-prob 0.0 on every token (the invariant
@@ -88,8 +132,9 @@ class Trajectory:
         its group's baseline is trainer/objective/infra_failures.py's call (yes, unless the infrastructure failed
         it). The one writer of an episode-wide mask (the rollout's infrastructure failures and void turns, DAPO's
         overlong filter, the lone valid member of a group left without a baseline)."""
-        self.loss_mask = [0] * len(self.response_ids)
-        self.rollout_logprobs = [0.0] * len(self.response_ids)
+        for trace in self.traces:
+            trace.loss_mask = [0] * len(trace.response_ids)
+            trace.rollout_logprobs = [0.0] * len(trace.response_ids)
         self.info["loss_masked"] = True
         self.info["masked_by"] = reason
 
@@ -112,7 +157,24 @@ class Trajectory:
 
     @property
     def num_sampled_tokens(self) -> int:
+        """Sampled tokens of this trace."""
         return sum(self.loss_mask)
+
+    @property
+    def episode_sampled_tokens(self) -> int:
+        """Sampled tokens of the whole episode, every trace."""
+        return sum(t.num_sampled_tokens for t in self.traces)
+
+    @property
+    def episode_response_len(self) -> int:
+        """Response tokens (sampled and appended) of the whole episode, every trace."""
+        return sum(len(t.response_ids) for t in self.traces)
+
+
+TRACE_STARTS = ("think_strip", "compaction", "prefix_break")
+"""Why a trace begins after an episode's first (`Trajectory.start_trace`): the chat template dropped earlier
+thinking from the next turn's prompt (`env.think_history=strip`); the context was compacted (`env.context`); a
+harness sent the policy endpoint a prompt that does not extend the episode's tokens."""
 
 
 INFRA_FAILURE_REASONS = ("sandbox_error", "engine_error", "context_overflow", "episode_timeout", "harness_error")

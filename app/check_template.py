@@ -10,7 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from agents.templates.check import EPISODE_TURNS, FORMATS, QUESTION, SCRIPT, TemplateReport, check_template
+from agents.templates.check import (
+    EPISODE_TURNS,
+    FORMATS,
+    QUESTION,
+    SCRIPT,
+    TemplateReport,
+    check_template,
+    strip_traces,
+)
 
 DESCRIPTION = f"""Render a multi-turn tool conversation turn by turn with the model's own chat template and report
 whether each turn's prompt is an append-only extension of the token stream so far (the previous prompt, the reply the
@@ -22,11 +30,12 @@ assistant turns). Turns 1-{EPISODE_TURNS} are what an alprl episode holds (one q
 because Qwen3-style templates drop earlier thinking only once a new user message arrives (QwQ- and R1-style ones drop
 it at every turn).
 
-What it means for training: alprl's rollout never re-renders history, it keeps one token stream per episode, so with
-env.think_history=keep (the default) training uses exactly the tokens the model saw whatever this reports.
-env.think_history=strip (later turns see history as the template renders it) is accepted only where turns
-1-{EPISODE_TURNS} are append-only in the hermes format; `alprl train` refuses it elsewhere (docs/architecture.md,
-"Thinking models and earlier <think> blocks")."""
+What it means for training: with env.think_history=keep (the default) alprl's rollout never re-renders history, it
+keeps one token stream per episode, so training uses exactly the tokens the model saw whatever this reports. With
+env.think_history=strip (hermes only: later turns see history as the template renders it) a turn whose rendered
+prompt does not extend the stream starts a new trace of the episode, sampled from that rendering; for hermes the
+check lists the trace each turn would be sampled in (docs/architecture.md, "Thinking models and earlier <think>
+blocks", "Episodes of traces")."""
 EPILOG = """exit status: 0 append-only; 1 not append-only (the break is printed); 2 bad input (no such model
 directory, no tokenizer or no chat template in it), one line on stderr."""
 
@@ -55,8 +64,21 @@ def _break_lines(report: TemplateReport) -> list[str]:
     return lines
 
 
-def describe(report: TemplateReport, model_dir: str) -> str:
-    """The turn-by-turn result as printed."""
+def _strip_line(traces: list[int] | None) -> str:
+    """What `env.think_history=strip` makes of the conversation: the trace of each turn, which turns start one."""
+    if traces is None:
+        return "env.think_history=strip: refused, one assistant message has no earlier turn to strip"
+    starts = [str(turn) for turn in range(2, len(traces) + 1) if traces[turn - 1] != traces[turn - 2]]
+    numbers = " ".join(str(t + 1) for t in traces)
+    if not starts:
+        return f"env.think_history=strip: traces {numbers} (the trace of each turn; one trace: strip changes no token)"
+    which = f"turn {starts[0]} starts" if len(starts) == 1 else f"turns {', '.join(starts)} start"
+    return (f"env.think_history=strip: traces {numbers} (the trace of each turn; {which} a new trace, sampled from the "
+            "template's rendering)")
+
+
+def describe(report: TemplateReport, model_dir: str, traces: list[int] | None = None) -> str:
+    """The turn-by-turn result as printed; `traces`: under strip, the trace (0-based) of each turn (chat turns)."""
     shape = ("each tool call an assistant turn, results as `tool` messages" if report.chat_turns else
              "the whole episode one assistant message, re-rendered with continue_final_message")
     lines = [f"alprl check-template: {model_dir}, format {report.fmt} ({shape})"]
@@ -71,13 +93,9 @@ def describe(report: TemplateReport, model_dir: str) -> str:
         after = " (after the follow-up question)" if report.broken.turn > EPISODE_TURNS else ""
         lines.append(f"append-only: no, breaks at turn {report.broken.turn}{after}")
     episode = "append-only" if report.episode_append_only else "not append-only"
-    if not report.chat_turns:
-        strip = "refused: one assistant message has no earlier turn to strip"
-    else:
-        strip = "holds" if report.episode_append_only else "refused (alprl train says so in one line)"
-    lines.append(f"one question (turns 1-{EPISODE_TURNS}, what an alprl episode holds): {episode}; "
-                 f"env.think_history=strip {strip}")
-    lines.append("alprl never re-renders between turns: with env.think_history=keep training uses exactly the tokens "
+    lines.append(f"one question (turns 1-{EPISODE_TURNS}, what an alprl episode holds): {episode}")
+    lines.append(_strip_line(traces if report.chat_turns else None))
+    lines.append("with env.think_history=keep alprl never re-renders between turns: training uses exactly the tokens "
                  "the model saw")
     return "\n".join(lines)
 
@@ -91,12 +109,14 @@ def run_check_template_command(args: argparse.Namespace) -> int:
     try:
         tok = load_tokenizer(args.model_dir)
         agent = TIRAgent(tok, args.format)  # the system prompt and `tools=` a run would send
-        report = check_template(tok, args.format, system=agent.messages(QUESTION)[0]["content"], tools=agent.tools)
+        system = agent.messages(QUESTION)[0]["content"]
+        report = check_template(tok, args.format, system=system, tools=agent.tools)
+        traces = strip_traces(tok, args.format, system=system, tools=agent.tools) if report.chat_turns else None
     except (OSError, ValueError, TemplateError) as exc:  # FileNotFoundError included; transformers' messages run
         # to many lines; a template that raises on the conversation (e.g. it wants a tool_call_id) is bad input
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         where = "" if args.model_dir in first else f"{args.model_dir}: "
         print(f"alprl check-template: error: {where}{first}", file=sys.stderr)
         return 2
-    print(describe(report, args.model_dir))
+    print(describe(report, args.model_dir, traces))
     return 0 if report.append_only else 1

@@ -96,7 +96,7 @@ def train_step(model, optimizer, batch: Batch, algo, pert: LayerwisePerturbation
     t0 = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
     rows = torch.arange(len(batch))
-    n_tokens, n_seqs = denominators(batch, rows)
+    n_tokens, n_seqs, _ = denominators(batch, rows)
     for i, chunk in enumerate(rows.split(micro)):
         sub = batch.select(chunk)
         ctx = pert.active(seed=noise_seed(step, i)) if pert else contextlib.nullcontext()

@@ -88,13 +88,16 @@ def evaluation_chunks(engine: Engine, agent: Agent, envs: Sequence[gym.Env], spl
 def _record(episode: int, samples_per_task: int, t: Trajectory, agent: Agent) -> dict[str, Any]:
     """One episode's record; `extracted_answer` only from envs that report one (the math envs), so a reduction
     can tell "no answer" from "an env without answers". `response`: the whole response as text (sampled turns and
-    the environment's observations between them), decoded from the ids the engine returned."""
+    the environment's observations between them), decoded from the ids the engine returned; for an episode of
+    several traces (agents/trajectory.py) each trace's response in turn, and `traces` counts them."""
     answer = {"extracted_answer": str(t.info["extracted_answer"])} if "extracted_answer" in t.info else {}
+    traces = {"traces": len(t.traces)} if t.earlier else {}
     return {"index": episode // samples_per_task, "sample": episode % samples_per_task, "task_id": t.task_id,
             "task_type": t.info.get("task_type", ""), "reward": t.reward, "won": bool(t.info.get("won")), **answer,
             "turns": t.info.get("turns", 0), "tool_calls": t.info.get("num_tool_calls", 0),
-            "response_tokens": len(t.response_ids), "sampled_tokens": t.num_sampled_tokens,
-            "truncated": bool(t.info.get("truncated")), "response": agent.decode(list(t.response_ids))}
+            "response_tokens": t.episode_response_len, "sampled_tokens": t.episode_sampled_tokens, **traces,
+            "truncated": bool(t.info.get("truncated")),
+            "response": "".join(agent.decode(list(trace.response_ids)) for trace in t.traces)}
 
 
 def evaluation_records(engine: Engine, agent: Agent, envs: Sequence[gym.Env], split: str, num_tasks: int,

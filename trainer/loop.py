@@ -64,7 +64,7 @@ from trainer.objective.gigpo import gigpo_token_advantages
 from trainer.objective.infra_failures import advantage_members, resampling, settle_infra_failures
 from trainer.objective.logprobs import old_logprobs
 from trainer.objective.truncation import TruncationProbe
-from trainer.objective.types import Batch, collate
+from trainer.objective.types import Batch, EpisodeRows, collate
 from trainer.reference import kl_reward_penalty, reference_logprobs
 from trainer.runtime.async_rollouts import AsyncRollouts, start_async
 from trainer.runtime.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
@@ -103,14 +103,14 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
     the infrastructure failed are played again first (trainer/objective/infra_failures.py). Each episode samples
     with the seeds it has in the whole step's batch, so N ranks play the episodes one process would. With
     `rollout.source=harness` the user's harness plays them through the policy endpoint instead of the native agent
-    loop, and an episode may come back as several samples (`rollout/prefix_breaks`)."""
+    loop, and an episode whose harness rewrote its history holds a trace per break (`rollout/prefix_breaks`)."""
     every = episode_specs(cfg, "train", step, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
     specs, first = rank_share(every, c.dist)
     limits = rollout_limits(cfg)
     harness = harness_source(c, cfg, first) if cfg.rollout.source == "harness" else None
 
     def run(batch_specs: list, seed: int) -> list[Trajectory]:
-        if harness is not None:  # one trajectory per episode here; `expand` adds the samples after prefix breaks
+        if harness is not None:
             return harness.run(batch_specs, seed)
         return run_episodes(c.engine, c.agent, c.envs, batch_specs, limits, seed=seed, pool=c.pool,
                             first_index=first)
@@ -124,8 +124,7 @@ def collect_step(c: Components, cfg: TrainConfig, step: int) -> tuple[list[Traje
     else:
         trajs, metrics = run(specs, seed), {}
     if harness is not None:
-        trajs, endpoint_metrics = harness.expand(trajs)
-        metrics |= endpoint_metrics
+        metrics |= harness.metrics(trajs)
     return trajs, metrics
 
 
@@ -145,15 +144,18 @@ def compute_advantages(batch: Batch, cfg: TrainConfig, trajs: list[Trajectory], 
     """Advantages over the sampled tokens, (B, T): GRPO's group advantage per episode, or with
     `algo.advantage=gigpo` GiGPO's per turn (trainer/objective/gigpo.py, which reads the trajectories' turns), or with
     `opob` VCPO's off-policy optimal baseline (weights π_θold/μ of the prepared old_logp, trainer/algorithms/vcpo.py)
-    unless `per_episode` asks for the episode's own GRPO one. `members` (B,) bool: the rows that count in their
-    group's statistics (`advantage_members`)."""
+    unless `per_episode` asks for the episode's own GRPO one. `trajs`: the batch's E episodes; `members` (E,) bool:
+    the episodes that count in their group's statistics (`advantage_members`). Statistics are over episodes, one
+    value each whatever its number of traces; every trace (row) carries its episode's advantage."""
     if cfg.algo.advantage == "gigpo" and not per_episode:
         return gigpo_token_advantages(batch, cfg.algo, trajs, members)
+    episodes = EpisodeRows.of(batch.episode_index, len(batch))
+    first = episodes.first_rows()  # (E,) a row of each episode: its reward and group are the episode's
     opob = cfg.algo.advantage == "opob" and not per_episode
-    log_w = sequence_log_weights(batch.old_logp, batch.rollout_logp, batch.loss_mask) if opob else None
-    adv, metrics = group_advantages(batch.rewards, batch.group_ids, members=members, log_weights=log_w,
+    log_w = sequence_log_weights(batch.old_logp, batch.rollout_logp, batch.loss_mask, episodes) if opob else None
+    adv, metrics = group_advantages(batch.rewards[first], batch.group_ids[first], members=members, log_weights=log_w,
                                     norm_by_std=cfg.algo.adv_norm_by_std, leave_one_out=cfg.algo.adv_leave_one_out)
-    return broadcast_advantages(adv, batch.loss_mask), metrics
+    return broadcast_advantages(episodes.per_row(adv), batch.loss_mask), metrics
 
 
 def diagnostic_step(cfg: TrainConfig, step: int) -> bool:
@@ -173,7 +175,7 @@ def ratio_probe(cfg: TrainConfig, step: int, k: int, num_minibatches: int) -> Ra
 def update(c: Components, cfg: TrainConfig, batch: Batch, step: int) -> dict[str, float]:
     """The mini-batch optimizer steps of one rollout batch (mini-batch k > 0 is off-policy on purpose)."""
     gen = torch.Generator().manual_seed(derive_seed("minibatches", cfg.seed, step))
-    minibatches = minibatch_rows(len(batch), cfg.optim.num_minibatches, gen)
+    minibatches = minibatch_rows(len(batch), cfg.optim.num_minibatches, gen, batch.episode_index)
     diagnose = diagnostic_step(cfg, step)
     settings = UpdateSettings.from_config(cfg, c.dist)
     records = [update_policy(c.model, c.optimizer, batch, rows, settings, perturbation=c.perturbation,
@@ -210,7 +212,7 @@ def step_timing(trajs: list[Trajectory], start: float, sampled: float, end: floa
                 device: torch.device) -> dict[str, float]:
     """`perf/*`: seconds of the rollout and of the rest of the step (update and weight sync), sampled tokens per
     second of rollout, and peak memory so far (the device's allocator on a GPU, else the process's max RSS)."""
-    tokens = sum(int(sum(t.loss_mask)) for t in trajs)
+    tokens = sum(t.episode_sampled_tokens for t in trajs)
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)
     else:
@@ -241,7 +243,7 @@ def prepare_batch(c: Components, cfg: TrainConfig, trajs: list[Trajectory],
         if cfg.algo.kl_in_reward:
             batch.rewards, kl_metrics = kl_reward_penalty(cfg.algo, batch)
             metrics |= kl_metrics
-    members = torch.tensor(advantage_members(trajs, cfg.rollout.infra_failures), dtype=torch.bool)  # (B,)
+    members = torch.tensor(advantage_members(trajs, cfg.rollout.infra_failures), dtype=torch.bool)  # (E,)
     batch.advantages, adv_metrics = compute_advantages(batch, cfg, trajs, members, per_episode=not for_update)
     metrics |= adv_metrics
     if not for_update:

@@ -21,7 +21,7 @@ from torch import nn
 from trainer.config.algo_config import AlgoConfig
 from trainer.objective.logprobs import clean_forward
 from trainer.objective.losses import kl_penalty, masked_fill_zero, masked_mean
-from trainer.objective.types import Batch
+from trainer.objective.types import Batch, EpisodeRows
 
 
 def frozen(model: nn.Module) -> nn.Module:
@@ -42,10 +42,11 @@ def reference_logprobs(reference: nn.Module, batch: Batch, temperature: float, m
 
 @torch.no_grad()
 def kl_reward_penalty(algo: AlgoConfig, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-    """(rewards − β·Σ_t KL_t (B,), metrics): KL_t of θ_old against the reference on the sampled tokens."""
+    """(rewards − β·Σ_t KL_t (B,), metrics): KL_t of θ_old against the reference on the sampled tokens, summed over
+    each row's whole episode (all its traces), so every trace carries the episode's one penalized reward."""
     m = batch.loss_mask
     kl = masked_fill_zero(kl_penalty(batch.old_logp, masked_fill_zero(batch.ref_logp, m), kind=algo.kl_type,
                                        old_logp=batch.old_logp), m)  # (B, T); k3_is at θ_old is k3
-    per_episode = kl.sum(-1)  # (B,)
+    per_episode = EpisodeRows.of(batch.episode_index, len(batch)).total(kl.sum(-1))  # (B,)
     return batch.rewards - algo.kl_coef * per_episode, {
         "rollout/kl_ref": masked_mean(kl, m).item(), "rollout/kl_penalty": (algo.kl_coef * per_episode).mean().item()}

@@ -18,15 +18,18 @@ import random
 
 from agents.env_families import problem_count
 from agents.rollout import EpisodeSpec, RolloutLimits
+from agents.templates.history import HistoryPolicy
 from envs.splits import RL_TRAIN_INDICES, derive_seed
 from trainer.config.train_config import TrainConfig
 
 
 def rollout_limits(cfg: TrainConfig) -> RolloutLimits:
     r = cfg.rollout
+    e = cfg.env
     return RolloutLimits(r.max_new_tokens, r.max_response_tokens, r.max_obs_tokens,
-                         episode_timeout_s=r.episode_timeout_s, mask_void_turns=cfg.env.mask_void_turns,
-                         stop_token_ids=list(r.stop_token_ids))
+                         episode_timeout_s=r.episode_timeout_s, mask_void_turns=e.mask_void_turns,
+                         stop_token_ids=list(r.stop_token_ids),
+                         history=HistoryPolicy(e.think_history, e.context, e.context_budget, e.summarizer))
 
 
 def group_specs(indices: list[int], split: str, group_size: int) -> list[EpisodeSpec]:

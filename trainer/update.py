@@ -51,7 +51,7 @@ from trainer.objective.losses import (
     masked_mean,
 )
 from trainer.objective.offpolicy_masks import opsm_keep
-from trainer.objective.types import Batch
+from trainer.objective.types import Batch, EpisodeRows, episode_count, row_seq_tokens
 from trainer.runtime.distributed import (
     SINGLE,
     DistContext,
@@ -65,10 +65,17 @@ if TYPE_CHECKING:
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 
-def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Generator) -> list[torch.Tensor]:
-    """Shuffle rows once and split them into `num_minibatches` near-equal mini-batches."""
-    perm = torch.randperm(batch_size, generator=generator)
-    return [chunk for chunk in perm.tensor_split(num_minibatches) if len(chunk)]
+def minibatch_rows(batch_size: int, num_minibatches: int, generator: torch.Generator,
+                   episode_index: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Shuffle episodes once and split them into `num_minibatches` near-equal mini-batches of their rows: an episode's
+    traces (`episode_index` (B,); None: one row each) stay in one mini-batch, so its sequence mean is whole."""
+    episodes = EpisodeRows.of(episode_index, batch_size)
+    perm = torch.randperm(episodes.count, generator=generator)
+    chunks = [chunk for chunk in perm.tensor_split(num_minibatches) if len(chunk)]
+    if episodes.one_row_each:
+        return chunks
+    rows_of = [(episodes.index == e).nonzero().squeeze(-1) for e in range(episodes.count)]
+    return [torch.cat([rows_of[int(e)] for e in chunk]) for chunk in chunks]
 
 
 @dataclass(frozen=True)
@@ -108,8 +115,8 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
     """
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    local_tokens, local_seqs = denominators(batch, rows)  # mini-batch denominators: micro-batching cannot change
-    n_tokens, n_seqs = global_counts(settings.ctx, local_tokens, local_seqs)  # the loss; summed over ranks: nor ranks
+    local_tokens, local_seqs, seq_tokens = denominators(batch, rows)  # mini-batch denominators: micro-batching
+    n_tokens, n_seqs = global_counts(settings.ctx, local_tokens, local_seqs)  # cannot change the loss, nor ranks
     sums: dict[str, float] = {}
     total_loss, real_tokens, padded_tokens = 0.0, 0, 0
     for i, micro in enumerate(micro_batches(rows, settings.micro_batch_size, batch)):
@@ -120,8 +127,8 @@ def update_policy(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Bat
         with perturbation.active(seed=seed) if perturbation else nullcontext():
             logp, entropy = compute_logprobs(model, sub, settings.temperature, with_entropy=True, top_p=settings.top_p,
                                              top_k=settings.top_k, entropy_grad=bool(settings.algo.entropy_coef))
-            loss, metrics = micro_batch_objective(settings.algo, sub, logp, entropy, n_tokens=n_tokens,
-                                                  n_seqs=n_seqs, norm_len=settings.norm_len)
+            loss, metrics = micro_batch_objective(settings.algo, sub, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs,
+                                                  norm_len=settings.norm_len, seq_tokens=seq_tokens[micro])
             (scaler.scale(loss) if scaler is not None else loss).backward()  # fp16: tiny gradients not flushed to 0
         if probe is not None:
             probe.observe(model, sub, logp, perturbation, seed, settings.temperature, top_p=settings.top_p,
@@ -206,10 +213,17 @@ def prepared_corrections(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return batch.corr_weights, batch.corr_keep
 
 
-def denominators(batch: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N_tok, B′) of the mini-batch `rows` over m′: valid tokens and non-empty rows (reference §2.3)."""
-    mask = prepared_corrections(batch)[1][rows]  # (b, T)
-    return mask.sum().clamp(min=1.0), (mask.sum(-1) > 0).sum().clamp(min=1).float()
+def denominators(batch: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(N_tok, B′, seq_tokens) of the mini-batch `rows` over m′: valid tokens, non-empty sequences, a sequence being
+    an episode (its rows the traces of one, trainer/objective/types.py), and (B,) each row's episode's tokens, the
+    denominator of its share of a sequence mean (mini-batches hold whole episodes, `minibatch_rows`) (reference
+    §2.3)."""
+    keep = prepared_corrections(batch)[1]  # (B, T) m′
+    mask = keep[rows]  # (b, T)
+    index = None if batch.episode_index is None else batch.episode_index[rows]
+    seq_tokens = row_seq_tokens(keep, EpisodeRows.of(batch.episode_index, len(batch)))  # (B,)
+    return mask.sum().clamp(min=1.0), episode_count(mask, EpisodeRows.of(index, len(rows))).clamp(min=1).float(), \
+        seq_tokens
 
 
 def agg_norm_len(algo: AlgoConfig, norm_len: int | None = None) -> int | None:
@@ -229,15 +243,16 @@ def agg_norm_len(algo: AlgoConfig, norm_len: int | None = None) -> int | None:
 
 
 def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entropy: torch.Tensor, *,
-                          n_tokens: torch.Tensor, n_seqs: torch.Tensor,
-                          norm_len: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                          n_tokens: torch.Tensor, n_seqs: torch.Tensor, norm_len: int | None = None,
+                          seq_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar loss of one micro-batch (its share of the mini-batch loss) and its metrics.
 
     logp, entropy: (b, T) from the update forward (perturbed for ALP); `sub` carries old_logp,
     rollout_logp, advantages, loss_mask and the prepared corr_weights / corr_keep (b, T). Without a correction w
     is 1 on m′ (an exact no-op), except that a paper-semantics veto zeroes its rows through w.
     `n_tokens` / `n_seqs` are the mini-batch denominators over m′ (`denominators`). `norm_len` is
-    seq-mean-token-sum-norm's T_norm (`agg_norm_len`: falls back to `algo.loss_agg_norm_len`).
+    seq-mean-token-sum-norm's T_norm (`agg_norm_len`: falls back to `algo.loss_agg_norm_len`). `seq_tokens` (b,):
+    each row's episode's tokens of m′ (`row_seq_tokens`; None: each row its own sequence).
     """
     required = REQUIRED_AGG.get(algo.policy_loss)
     if required and algo.loss_agg != required:
@@ -253,7 +268,7 @@ def micro_batch_objective(algo: AlgoConfig, sub: Batch, logp: torch.Tensor, entr
     if algo.opsm_delta is not None:  # sequences off-policy against a negative advantage leave the policy term only
         opsm, opsm_metrics = opsm_keep(logp, rollout, sub.advantages, keep, delta=algo.opsm_delta)
         per_token, metrics = per_token * opsm, metrics | opsm_metrics
-    agg = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": t_norm}  # mini-batch denominators
+    agg = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": t_norm, "seq_tokens": seq_tokens}  # denominators
     loss = aggregate(per_token, keep, algo.loss_agg, **agg)
     if algo.entropy_coef:
         loss = loss - algo.entropy_coef * aggregate(entropy, keep, algo.loss_agg, **agg)

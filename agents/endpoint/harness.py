@@ -15,13 +15,11 @@ harness returns the episode's reward, optionally with facts for the trajectory's
 Episodes run as asyncio tasks, at most `concurrency` at once (0: all), one endpoint per call of `run`. An episode
 whose harness raised, returned something other than a finite reward, ran past `timeout_s`, or had a request
 refused by the endpoint is still returned, marked (`harness_error`, `episode_timeout`, or the refusal's reason;
-agents/trajectory.py): never lost. Its later samples (prefix breaks, agents/endpoint/recorder.py) are kept aside
-so `run` returns one head trajectory per spec, in order, as `run_episodes` does (so infra-failure resampling and
-DAPO's refill, which replace and regroup whole episodes, work unchanged); `expand` puts them back after their head,
-with the head's final group and reward.
+agents/trajectory.py): never lost. `run` returns one trajectory per spec, in order, as `run_episodes` does: an
+episode whose harness broke its prefix (agents/endpoint/recorder.py) holds a trace per break, and counts once in its
+group's statistics, as a native episode of several traces does.
 
-Departures from the native rollout: the timeout is per episode (natively the rollout call's deadline); each sample
-counts as one member of its GRPO group (an episode with a prefix break weighs twice in its group's statistics).
+Departure from the native rollout: the timeout is per episode (natively the rollout call's deadline).
 """
 
 from __future__ import annotations
@@ -130,11 +128,11 @@ class HarnessSource:
         self.engine, self.agent, self.tok, self.envs = engine, agent, tokenizer, list(envs)
         self.harness, self.settings, self.concurrency, self.timeout_s, self.pool = \
             harness, settings, concurrency, timeout_s, pool
-        self._later: dict[int, tuple[Trajectory, list[Trajectory]]] = {}  # id(head) → (head, its later samples)
         self._live = 0
 
     def run(self, specs: Sequence[EpisodeSpec], seed: int | None) -> list[Trajectory]:
-        """One head trajectory per spec, in order; calls are seeded from `seed` as native turns are."""
+        """One trajectory per spec (the episode, with a trace per prefix break), in order; calls are seeded from
+        `seed` as native turns are."""
         if len(self.envs) < len(specs):
             raise ValueError(f"HarnessSource.run: {len(specs)} episodes need as many envs, got {len(self.envs)}")
         recorder = Recorder(self.settings.max_response_tokens,
@@ -152,30 +150,15 @@ class HarnessSource:
             sampler.close()
         if service.engine_died is not None:  # as natively: a dead engine ends the run, not one episode
             raise service.engine_died
-        heads = []
-        for task, reward in zip(tasks, rewards, strict=True):
-            samples = recorder.trajectories(recorder.episodes[task.episode_id], reward,
-                                            self.agent.prompt_ids(task.observation, task.info))
-            heads.append(samples[0])
-            self._later[id(samples[0])] = (samples[0], samples[1:])
-        return heads
+        return [recorder.trajectory(recorder.episodes[task.episode_id], reward,
+                                    self.agent.prompt_ids(task.observation, task.info))
+                for task, reward in zip(tasks, rewards, strict=True)]
 
-    def expand(self, heads: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
-        """Each head followed by its later samples (the head's group and reward), and the step's endpoint metrics:
-        `rollout/prefix_breaks` (calls that did not extend their episode's tokens), `rollout/harness_samples`
-        (trajectories per episode)."""
-        out: list[Trajectory] = []
-        for head in heads:
-            out.append(head)
-            kept, samples = self._later.pop(id(head), (head, []))
-            for later in samples if kept is head else []:
-                later.regroup(head.group_id)
-                later.grade(head.reward)
-                out.append(later)
-        self._later.clear()
-        breaks = sum(h.info.get("prefix_breaks", 0) for h in heads)
-        return out, {"rollout/prefix_breaks": float(breaks),
-                     "rollout/harness_samples": len(out) / max(len(heads), 1)}
+    @staticmethod
+    def metrics(episodes: list[Trajectory]) -> dict[str, float]:
+        """The step's endpoint metric: `rollout/prefix_breaks`, calls that did not extend their episode's tokens (each
+        began a trace; `rollout/traces_per_episode` counts them all)."""
+        return {"rollout/prefix_breaks": float(sum(e.info.get("prefix_breaks", 0) for e in episodes))}
 
     def _task(self, recorder: Recorder, env: gym.Env, spec: EpisodeSpec, index: int, episode_id: str) -> HarnessTask:
         obs, info = env.reset(seed=spec.seed, options=spec.options)

@@ -1,12 +1,13 @@
 """Episodes as the policy endpoint saw them: each call's prompt ids, sampled ids and sampled log-probs, exactly as the
-engine produced them, stitched into `Trajectory`s.
+engine produced them, stitched into one `Trajectory` an episode.
 
-Stitching. An episode's first call's prompt ids are its first sample's prompt. A later call whose prompt ids start
-with the sample's tokens so far (prompt + response) extends it: the ids in between (a tool's output, the next user or
+Stitching. An episode's first call's prompt ids are its first trace's prompt. A later call whose prompt ids start
+with the trace's tokens so far (prompt + response) extends it: the ids in between (a tool's output, the next user or
 tool turn the chat template writes, the next generation prompt) are appended with loss mask 0 and rollout log-prob
 0.0, then the sampled ids with mask 1 and their log-probs, one turn (`Trajectory.append_turn`). A call whose prompt
-does not extend the sample (the harness edited, dropped or re-rendered its history) starts a new sample: a new
-`Trajectory` of the same episode, sharing its reward and group, counted as a prefix break (`rollout/prefix_breaks`).
+does not extend the trace (the harness edited, dropped or re-rendered its history) starts a new trace of the same
+episode (`Trajectory.start_trace`, reason "prefix_break", counted in `rollout/prefix_breaks`): a row of its own in the
+batch, while the episode keeps one reward and one place in its group (agents/trajectory.py).
 Nothing here decodes and re-encodes a sampled id; which prompt ids a call has is agents/endpoint/chat.py's question.
 
 Like agents/rollout.py, the recorder builds trajectories only through `Trajectory.append` / `append_turn` (the
@@ -15,7 +16,7 @@ rollout driver, the second one, so each sample keeps the invariants of the nativ
 ids, log-prob 0.0 elsewhere, the response budget (`max_response_tokens`) never exceeded.
 
 A turn's state key (GiGPO's anchor) is the text of the ids the policy acted on that it did not write: the whole
-prompt for a sample's first turn, the appended ids for a later one (the observation, as natively).
+prompt for a trace's first turn, the appended ids for a later one (the observation, as natively).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ EPISODE_FACTS = ("won", "void_turn", "num_tool_calls", "invalid_actions", "extra
 """Env step facts an episode keeps, as `agents/rollout.py` keeps them (the harness reports them through
 `HarnessTask.step` or its returned info)."""
 
-RECORDER_KEYS = ("turns", "episode_id", "episode_sample", "episode_samples", "prefix_breaks", "endpoint_errors",
-                 "infra_failure", "loss_masked", "masked_by")
+RECORDER_KEYS = ("turns", "episode_id", "prefix_breaks", "endpoint_errors", "infra_failure", "loss_masked", "masked_by",
+                 "trace", "traces", "trace_start", "trace_starts")
 """Info keys the recorder and the trajectory write, which a harness's returned facts cannot overwrite."""
 
 
@@ -62,7 +63,8 @@ class EpisodeLog:
     task_id: str = ""
     info: dict[str, Any] = field(default_factory=dict)
     calls: list[CallRecord] = field(default_factory=list)
-    samples: list[Trajectory] = field(default_factory=list)
+    trajectory: Trajectory | None = None
+    """The episode's tokens so far (its current trace, earlier ones in `earlier`); None before its first call."""
     prefix_breaks: int = 0
     failure: str | None = None
     """Why the infrastructure failed the episode (`INFRA_FAILURE_REASONS`); None while it has not."""
@@ -99,21 +101,20 @@ class Recorder:
             return ep
 
     @staticmethod
-    def _extends(sample: Trajectory | None, prompt_ids: list[int]) -> bool:
-        if sample is None:
+    def _extends(trace: Trajectory | None, prompt_ids: list[int]) -> bool:
+        if trace is None:
             return False
-        tokens = len(sample.prompt_ids) + len(sample.response_ids)
-        return len(prompt_ids) >= tokens and prompt_ids[: len(sample.prompt_ids)] == sample.prompt_ids \
-            and prompt_ids[len(sample.prompt_ids): tokens] == sample.response_ids
+        tokens = len(trace.prompt_ids) + len(trace.response_ids)
+        return len(prompt_ids) >= tokens and prompt_ids[: len(trace.prompt_ids)] == trace.prompt_ids \
+            and prompt_ids[len(trace.prompt_ids): tokens] == trace.response_ids
 
     def room(self, ep: EpisodeLog, prompt_ids: list[int]) -> int:
-        """Response tokens a call with these prompt ids may still sample: the budget less the sample's response
-        after this call's prompt is stitched in (a whole budget where the call starts a new sample)."""
+        """Response tokens a call with these prompt ids may still sample: the budget less the trace's response
+        after this call's prompt is stitched in (a whole budget where the call starts a new trace)."""
         with ep.lock:
-            sample = ep.samples[-1] if ep.samples else None
-            if not self._extends(sample, prompt_ids):
+            if not self._extends(ep.trajectory, prompt_ids):
                 return self.max_response_tokens
-            return self.max_response_tokens - (len(prompt_ids) - len(sample.prompt_ids))
+            return self.max_response_tokens - (len(prompt_ids) - len(ep.trajectory.prompt_ids))
 
     @staticmethod
     def take_call_index(ep: EpisodeLog) -> int:
@@ -123,26 +124,27 @@ class Recorder:
             return ep.next_call - 1
 
     def record(self, ep: EpisodeLog, call: CallRecord) -> None:
-        """Stitch one finished call into the episode's samples (module docstring)."""
+        """Stitch one finished call into the episode's trajectory (module docstring)."""
         with ep.lock:
             ep.calls.append(call)
-            sample = ep.samples[-1] if ep.samples else None
-            if self._extends(sample, call.prompt_ids):
-                extra = call.prompt_ids[len(sample.prompt_ids) + len(sample.response_ids):]
+            traj = ep.trajectory
+            if self._extends(traj, call.prompt_ids):
+                extra = call.prompt_ids[len(traj.prompt_ids) + len(traj.response_ids):]
                 state = self.decode(extra)
             else:
-                if sample is not None:
+                if traj is None:
+                    traj = ep.trajectory = Trajectory(prompt_ids=list(call.prompt_ids), group_id=ep.group_id,
+                                                      task_id=ep.task_id, info={"turns": 0})
+                else:
                     ep.prefix_breaks += 1
-                sample = Trajectory(prompt_ids=list(call.prompt_ids), group_id=ep.group_id, task_id=ep.task_id,
-                                    info={"turns": 0})
-                ep.samples.append(sample)
+                    traj.start_trace(list(call.prompt_ids), "prefix_break")
                 extra, state = [], self.decode(call.prompt_ids)
-            room = max(self.max_response_tokens - len(sample.response_ids), 0)
-            sample.append(extra[:room], None)  # a cut here ends the sample: there is no room left to sample
+            room = max(self.max_response_tokens - len(traj.response_ids), 0)
+            traj.append(extra[:room], None)  # a cut here ends the trace: there is no room left to sample
             if call.completion_ids:
-                sample.append_turn(call.completion_ids, call.logprobs, state_key(state))
-                sample.info["turns"] += 1
-            if len(sample.response_ids) >= self.max_response_tokens:
+                traj.append_turn(call.completion_ids, call.logprobs, state_key(state))
+                traj.info["turns"] += 1
+            if len(traj.response_ids) >= self.max_response_tokens:
                 ep.info["budget_exhausted"] = ep.info["truncated"] = True
 
     @staticmethod
@@ -163,21 +165,20 @@ class Recorder:
             ep.info.update({k: v for k, v in facts.items()
                             if (k in keys if keys is not None else k not in RECORDER_KEYS)})
 
-    def trajectories(self, ep: EpisodeLog, reward: float, empty_prompt: list[int]) -> list[Trajectory]:
-        """The episode's samples, each with the episode's reward, group and facts; an episode that made no model
-        call is one sample of `empty_prompt` with no response, marked `harness_error` (never lost). An episode the
-        infrastructure failed has reward 0 and every sample marked (`Trajectory.mark_infra_failure`)."""
+    def trajectory(self, ep: EpisodeLog, reward: float, empty_prompt: list[int]) -> Trajectory:
+        """The episode, its traces with the episode's reward and group and its facts; an episode that made no model
+        call is one trace of `empty_prompt` with no response, marked `harness_error` (never lost). An episode the
+        infrastructure failed has reward 0 and every trace out of the loss (`Trajectory.mark_infra_failure`)."""
         with ep.lock:
-            samples = ep.samples or [Trajectory(prompt_ids=list(empty_prompt), group_id=ep.group_id,
-                                                task_id=ep.task_id, info={"turns": 0})]
-            failure = ep.failure or (None if ep.samples else "harness_error")
-            if not ep.samples:
+            traj = ep.trajectory or Trajectory(prompt_ids=list(empty_prompt), group_id=ep.group_id,
+                                               task_id=ep.task_id, info={"turns": 0})
+            failure = ep.failure or (None if ep.trajectory else "harness_error")
+            if ep.trajectory is None:
                 ep.info.setdefault("harness_error", "the harness made no model call")
             facts = {"won": False, "truncated": False, "void_turn": False, "num_tool_calls": 0, **ep.info}
-            for k, sample in enumerate(samples):
-                sample.info = {**facts, **sample.info, "episode_id": ep.episode_id, "episode_sample": k,
-                               "episode_samples": len(samples), "prefix_breaks": ep.prefix_breaks}
-                sample.grade(0.0 if failure else reward)
-                if failure:
-                    sample.mark_infra_failure(failure)
-            return samples
+            traj.info = {**facts, **traj.info, "episode_id": ep.episode_id, "prefix_breaks": ep.prefix_breaks}
+            traj.info["turns"] = sum(len(trace.turn_spans) for trace in traj.traces)
+            traj.grade(0.0 if failure else reward)
+            if failure:
+                traj.mark_infra_failure(failure)
+            return traj

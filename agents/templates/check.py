@@ -245,17 +245,49 @@ def check_template(tok: PreTrainedTokenizerBase, fmt: str = "hermes", script: Se
 
 def strip_refusal(agent) -> str | None:
     """Why `env.think_history=strip` cannot hold for a TIR agent (`agents.tir_agent.TIRAgent`) on its tokenizer;
-    None where it holds: hermes tool turns whose template renders every later turn of an episode as an extension
-    of the stream."""
+    None where it holds: hermes tool turns, under any template (a turn whose rendered prompt does not extend the
+    stream starts a new trace of the episode, agents/templates/history.py; `strip_traces` says which)."""
     if agent.tool_turn is None:
         return (f"env.think_history=strip: env.style={agent.style.name} under this chat template keeps the episode "
                 "in one assistant message, which has no earlier assistant turn to strip; use keep")
-    report = check_template(agent.tokenizer, agent.style.name, SCRIPT[:EPISODE_TURNS],
-                            system=agent.messages(QUESTION)[0]["content"], tools=agent.tools)
-    if report.append_only:
-        return None
-    b = report.broken
-    return (f"env.think_history=strip: the chat template's prompt for assistant turn {b.turn} does not extend the "
-            f"token stream (token {b.position}: after {b.before!r} the stream has {b.stream!r}, the template "
-            f"{b.rendered!r}), so that turn would need a sample of its own, which alprl's one-stream trajectories "
-            "do not have; use keep (earlier <think> blocks stay as sampled; `alprl check-template` shows the break)")
+    return None
+
+
+def strip_traces(tok: PreTrainedTokenizerBase, fmt: str = "hermes", script: Sequence[Step] = SCRIPT,
+                 system: str | None = None, tools: list[dict] | None = None) -> list[int]:
+    """Under `env.think_history=strip`, the trace (0-based) each assistant turn of `script` is sampled in, as the
+    rollout decides it (agents/templates/history.py): the turn's prompt is the template's rendering of the conversation, each
+    earlier reply as the model wrote it (its thinking included) and each result a `tool` message; a rendering whose
+    text does not continue the stream's (the previous prompt, the reply, the tool turn) starts a new trace. Only for
+    chat turns (hermes under a template with tool turns); raises ValueError for the one-message formats."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    tool_turn = tool_turn_template(tok) if get_style(fmt).tool_schema is not None else None
+    if tool_turn is None:
+        raise ValueError(f"format {fmt} under this template keeps an episode in one assistant message: "
+                         "env.think_history=strip has no earlier turn to strip")
+    render, eot = _Renderer(tok, tools), template_end_of_turn_id(tok)
+    eot_text = tok.convert_ids_to_tokens(eot) if eot is not None else ""
+    messages = [{"role": "system", "content": system if system is not None else get_style(fmt).system_prompt},
+                {"role": "user", "content": QUESTION}]
+    stream, trace, traces = None, 0, []
+    for step in script:
+        if step.follow_up:
+            messages.append({"role": "user", "content": step.follow_up})
+        _, prompt = render(messages, add_generation_prompt=True)
+        if stream is not None and not prompt.startswith(stream):
+            trace += 1
+        traces.append(trace)
+        reply = {"role": "assistant", "content": think_block(step.thinking) + step.text}
+        if step.code is not None:
+            reply["tool_calls"] = [_tool_call(step.code)]
+        _, full = render(messages + [reply])
+        written = full[len(prompt):].split(eot_text, 1)[0] if eot_text else full[len(prompt):]
+        if step.thinking not in written:  # the template drops even the last turn's thinking: the model wrote it
+            written = think_block(step.thinking) + written
+        messages.append({"role": "assistant", "content": written})  # as the rollout re-renders a sampled turn
+        stream = prompt + written + eot_text
+        if step.code is not None:
+            messages.append({"role": "tool", "content": step.result})
+            stream += tool_turn[0] + step.result + tool_turn[1]
+    return traces

@@ -76,8 +76,9 @@ def test_an_openai_client_agent_samples_the_native_tir_rollout_token_for_token(r
     agent, limits = TIRAgent(tok, "simpletir"), RolloutLimits(48, 160, 64, mask_void_turns=False)
     native = run_episodes(engine, agent, envs_for(runner, "simpletir"), SPECS, limits, seed=123)
     played = source(engine, agent, tok, envs_for(runner, "simpletir"), tir_harness.play, limits, "simpletir")
-    trajs, metrics = played.expand(played.run(SPECS, 123))
-    assert len(trajs) == len(native) and metrics["rollout/prefix_breaks"] == 0
+    trajs = played.run(SPECS, 123)
+    assert len(trajs) == len(native) and played.metrics(trajs)["rollout/prefix_breaks"] == 0
+    assert all(not t.earlier for t in trajs)
     for n, h in zip(native, trajs, strict=True):
         same_stream(n, h)
         assert h.info["num_tool_calls"] == n.info["num_tool_calls"] and h.info["won"] == n.info["won"]
@@ -101,8 +102,8 @@ def test_on_vllm_the_endpoints_concurrent_calls_sample_the_native_rollouts_token
     agent, limits = TIRAgent(tok, "simpletir"), RolloutLimits(48, 160, 64, mask_void_turns=False)
     native = run_episodes(vllm_fp32, agent, envs_for(runner, "simpletir"), SPECS, limits, seed=11)
     played = source(vllm_fp32, agent, tok, envs_for(runner, "simpletir"), tir_harness.play, limits, "simpletir")
-    trajs, metrics = played.expand(played.run(SPECS, 11))
-    assert metrics["rollout/prefix_breaks"] == 0 and any(t.info["turns"] >= 2 for t in trajs)  # a tool call ran
+    trajs = played.run(SPECS, 11)
+    assert played.metrics(trajs)["rollout/prefix_breaks"] == 0 and any(t.info["turns"] >= 2 for t in trajs)  # a tool call ran
     for n, h in zip(native, trajs, strict=True):
         same_stream(n, h)
 
@@ -158,9 +159,9 @@ def test_hermes_tool_calls_come_back_as_openai_tool_calls_and_stitch_as_the_nati
 
     played = source(ScriptEngine(tok, hermes_script(tok)), agent, tok, envs_for(runner, "hermes"), harness,
                     limits, "hermes")
-    trajs, metrics = played.expand(played.run(SPECS, 7))
+    trajs = played.run(SPECS, 7)
     # each episode's first call was the probe above, whose reply the agent dropped: its own first call repeats the
-    # prompt, which does not extend the probe's tokens, so the agent's calls are the episode's second sample
+    # prompt, which does not extend the probe's tokens, so the agent's calls are the episode's second trace
     index, r = min(seen, key=lambda probe: probe[0])
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content == "I will compute."
@@ -169,14 +170,14 @@ def test_hermes_tool_calls_come_back_as_openai_tool_calls_and_stitch_as_the_nati
     assert [e.logprob for e in choice.logprobs.content] == [-0.25] * r.usage.completion_tokens
     assert choice.model_extra["token_ids"][-1] == tok.convert_tokens_to_ids("<|im_end|>")
     assert r.model_extra["prompt_token_ids"] == native[index].prompt_ids
-    assert metrics["rollout/prefix_breaks"] == len(SPECS)
-    heads = [t for t in trajs if t.info["episode_sample"] == 1]
-    for n, h in zip(native, heads, strict=True):
+    assert played.metrics(trajs)["rollout/prefix_breaks"] == len(SPECS)
+    assert all(len(t.traces) == 2 and t.info["trace_starts"] == {"prefix_break": 1} for t in trajs)
+    for n, h in zip(native, trajs, strict=True):  # the episode's last trace: the agent's own calls
         same_stream(n, h)
         assert h.info["num_tool_calls"] == 1 and n.info["num_tool_calls"] == 1
 
 
-def test_a_harness_that_edits_its_history_makes_a_prefix_break_and_two_samples(tiny_tokenizer, runner):
+def test_a_harness_that_edits_its_history_makes_a_prefix_break_and_an_episode_of_two_traces(tiny_tokenizer, runner):
     tok = tiny_tokenizer
     agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64, mask_void_turns=False)
 
@@ -192,14 +193,13 @@ def test_a_harness_that_edits_its_history_makes_a_prefix_break_and_two_samples(t
 
     played = source(ScriptEngine(tok, hermes_script(tok)), agent, tok, envs_for(runner, "hermes", 2), editing,
                     limits, "hermes")
-    heads = played.run(SPECS[:2], 0)
-    trajs, metrics = played.expand(heads)
-    assert metrics["rollout/prefix_breaks"] == 2 and metrics["rollout/harness_samples"] == 2
-    assert len(trajs) == 4
-    first, second = trajs[0], trajs[1]
-    assert first.info["episode_id"] == second.info["episode_id"] and second.info["episode_sample"] == 1
+    episodes = played.run(SPECS[:2], 0)
+    assert played.metrics(episodes)["rollout/prefix_breaks"] == 2
+    assert len(episodes) == 2 and all(len(e.traces) == 2 for e in episodes)
+    first, second = episodes[0].traces
+    assert second is episodes[0] and second.info["trace"] == 1 and second.info["trace_start"] == "prefix_break"
     assert (first.reward, second.reward, first.group_id, second.group_id) == (1.0, 1.0, 0, 0)
-    assert first.info["won"] and second.info["won"] and first.info["prefix_breaks"] == 1
+    assert second.info["won"] and second.info["prefix_breaks"] == 1 and second.info["turns"] == 2
     assert second.prompt_ids[: len(first.prompt_ids)] == first.prompt_ids  # the edit comes after the first prompt
     assert second.prompt_ids[: len(first.prompt_ids) + len(first.response_ids)] != first.prompt_ids \
         + first.response_ids
@@ -236,7 +236,7 @@ def test_bad_requests_answer_openai_errors_and_their_episode_is_marked_not_lost(
     agent, limits = TIRAgent(tok, "hermes"), RolloutLimits(64, 400, 64, mask_void_turns=False)
     engine = ScriptEngine(tok, hermes_script(tok), max_model_len=max_model_len)
     played = source(engine, agent, tok, envs_for(runner, "hermes", 2), call_with(**overrides), limits, "hermes")
-    trajs, _ = played.expand(played.run(SPECS[:2], 0))
+    trajs = played.run(SPECS[:2], 0)
     assert len(trajs) == 2 and not engine.requests
     for t in trajs:
         assert t.info["status"] == status
@@ -263,7 +263,7 @@ def test_a_harness_that_raises_times_out_or_returns_no_reward_is_marked(tiny_tok
 
     played = source(ScriptEngine(tok, hermes_script(tok)), agent, tok, envs_for(runner, "hermes"), flaky, limits,
                     "hermes", timeout_s=3.0)
-    trajs, _ = played.expand(played.run(SPECS, 0))
+    trajs = played.run(SPECS, 0)
     assert [t.infra_failure for t in trajs] == ["harness_error", "episode_timeout", "harness_error", "harness_error"]
     assert "tool server down" in trajs[0].info["harness_error"] and "nan" in trajs[2].info["harness_error"]
     assert trajs[3].info["harness_error"] == "the harness made no model call" and not trajs[3].response_ids
@@ -304,7 +304,8 @@ def test_models_completions_and_a_chat_stream_are_served(standalone):
     # ids as sampled and encodes only the rest
     client.completions.create(model="alprl-policy", prompt="Q: 3 + 4?" + tok.decode(sampled) + "Check: 7.",
                               user="ep-text", stop=["\n```\n"])
-    (sample,) = recorder.episodes["ep-text"].samples
+    sample = recorder.episodes["ep-text"].trajectory
+    assert not sample.earlier  # one trace: the second prompt extended the first
     tail = tok.encode("Check: 7.", add_special_tokens=False)
     assert sample.response_ids == sampled + tail + sampled
     assert sample.loss_mask == [1] * len(sampled) + [0] * len(tail) + [1] * len(sampled)
@@ -313,4 +314,4 @@ def test_models_completions_and_a_chat_stream_are_served(standalone):
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "fine"
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
-    assert recorder.episodes["ep-chat"].samples[0].response_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
+    assert recorder.episodes["ep-chat"].trajectory.response_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")

@@ -83,12 +83,16 @@ def dirs(tmp_path_factory, qwen_tokenizer, thinking, no_template):
 
 @pytest.mark.parametrize("name,status,lines", [
     ("qwen25", 0, ["turn 4: prompt of", "append-only: yes, all 4 turns",
-                   "(turns 1-3, what an alprl episode holds): append-only; env.think_history=strip holds"]),
+                   "(turns 1-3, what an alprl episode holds): append-only\n",
+                   "env.think_history=strip: traces 1 1 1 1 (the trace of each turn; one trace: strip changes no"]),
     ("qwen3_style", 1, ["turn 3: prompt of", "turn 4: BREAKS: token", "the stream has: '<think>\\nI multiply",
                         "append-only: no, breaks at turn 4 (after the follow-up question)",
-                        "(turns 1-3, what an alprl episode holds): append-only; env.think_history=strip holds"]),
+                        "(turns 1-3, what an alprl episode holds): append-only\n",
+                        "env.think_history=strip: traces 1 1 1 2 (the trace of each turn; turn 4 starts a new trace"]),
     ("strip_all_thinking", 1, ["turn 1: prompt of", "turn 2: BREAKS: token", "append-only: no, breaks at turn 2\n",
-                               "not append-only; env.think_history=strip refused"]),
+                               "episode holds): not append-only\n",
+                               "env.think_history=strip: traces 1 2 3 4 (the trace of each turn; turns 2, 3, 4 start "
+                               "a new trace, sampled from the template's rendering)"]),
 ])
 def test_check_template_prints_the_turns_and_exits_0_or_1(dirs, capsys, name, status, lines):
     assert main(["check-template", str(dirs[name])]) == status

@@ -56,7 +56,7 @@ def test_three_grpo_steps_train_on_harness_trajectories(tmp_path, sft_dir):
     assert [r.step for r in results] == [1, 2, 3]
     for r in results:
         m = r.metrics
-        assert m["rollout/prefix_breaks"] == 0 and m["rollout/harness_samples"] == 1
+        assert m["rollout/prefix_breaks"] == 0 and m["rollout/traces_per_episode"] == 1
         assert m["actor/grad_norm_nonfinite"] == 0 and math.isfinite(m["loss/policy"])
         assert m["rollout/sampled_tokens"] > 0 and m["rollout/infra_excluded"] == 0
     before, after = _params(sft_dir), _params(tmp_path / "checkpoints" / "step_3")
@@ -67,12 +67,12 @@ PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "configs
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_trains_on_an_editing_harness_two_samples_per_episode(tmp_path, sft_dir, preset):
+def test_every_preset_trains_on_an_editing_harness_two_traces_per_episode(tmp_path, sft_dir, preset):
     """Every preset on trajectories of episodes that broke their prefix: DAPO refills and regroups whole episodes,
-    GiGPO reads each sample's turns, MIPU screens the update (its validation batch is the native loop's)."""
+    GiGPO reads the turns of both traces, MIPU screens the update (its validation batch is the native loop's)."""
     cfg = _cfg(tmp_path, sft_dir, "rollout.source=harness", "env.harness=edit_harness:play", f"algorithm={preset}",
                "steps=1", "save_every=1", "rollout.prompts_per_step=2", "rollout.group_size=4")
     (result,) = train(cfg, show_progress=False)
     m = result.metrics
-    assert m["rollout/prefix_breaks"] == 8 and m["rollout/harness_samples"] == 2
+    assert m["rollout/prefix_breaks"] == 8 and m["rollout/traces_per_episode"] == 2
     assert m["actor/grad_norm_nonfinite"] == 0 and math.isfinite(m["loss/policy"])

@@ -83,12 +83,15 @@ def _writers(paths: list[Path], fields: set[str]) -> set[tuple[str, str]]:
 def test_each_batch_field_and_the_episode_mask_have_one_writer():
     sources = sorted((ROOT / "trainer").rglob("*.py")) + sorted((ROOT / "agents").rglob("*.py"))
     later = {f.name for f in dataclasses.fields(Batch)} - {"input_ids", "attention_mask", "response_start",
-                                                           "response_len", "response_ids", "group_ids"}
+                                                           "response_len", "response_ids", "group_ids",
+                                                           "episode_index"}
     assert {"advantages", "old_logp", "corr_weights", "corr_keep", "rewards", "loss_mask"} <= later
     batch_writers = {w for w in _writers(sources, later - {"loss_mask"}) if w[0].startswith("trainer/")}
     assert batch_writers == {("trainer/loop.py", "prepare_batch")}
-    # the trajectory's lists are filled by `append` (extend) and zeroed as a whole by `mask_out` only
-    assert _writers(sources, {"loss_mask", "rollout_logprobs"}) == {("agents/trajectory.py", "mask_out")}
+    # the trajectory's lists are filled by `append` (extend), zeroed as a whole by `mask_out` and handed to an earlier
+    # trace as they are by `start_trace` (which starts the new trace empty) only
+    assert _writers(sources, {"loss_mask", "rollout_logprobs"}) == {("agents/trajectory.py", "mask_out"),
+                                                                     ("agents/trajectory.py", "start_trace")}
 
 
 def test_mipu_validation_batch_is_the_training_batch_of_the_same_trajectories(parts):
@@ -144,7 +147,7 @@ def test_an_overlong_episode_leaves_every_loss_input_but_keeps_its_baseline(part
     # its reward 1 still sits in group 0's baseline: its partner (reward 0) gets a negative advantage, where a
     # group of one would give it 0
     assert (batch.advantages[1][batch.loss_mask[1] > 0] < 0).all()
-    n_tokens, _ = denominators(batch, torch.arange(len(batch)))
+    n_tokens, _, _ = denominators(batch, torch.arange(len(batch)))
     assert n_tokens.item() == batch.loss_mask[1:].sum().item()  # nor does it count in the denominators
 
 

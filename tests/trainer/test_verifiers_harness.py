@@ -67,7 +67,7 @@ def test_two_grpo_steps_train_on_verifiers_episodes(tmp_path, sft_dir):
     assert [r.step for r in results] == [1, 2]
     for r in results:
         m = r.metrics
-        assert m["rollout/prefix_breaks"] == 0 and m["rollout/harness_samples"] == 1
+        assert m["rollout/prefix_breaks"] == 0 and m["rollout/traces_per_episode"] == 1
         assert m["actor/grad_norm_nonfinite"] == 0 and math.isfinite(m["loss/policy"])
         assert m["rollout/sampled_tokens"] > 0 and m["rollout/infra_excluded"] == 0
     before = load_file(str(sft_dir / "model.safetensors"))

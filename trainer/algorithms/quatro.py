@@ -24,7 +24,9 @@ toward. `realized_kl_metrics` compares the realized per-query KL after an update
 Design choices beyond the paper: duals use every row of the group (also rows whose loss mask is 0:
 they are samples of π_old all the same) but the ones outside its advantage statistics (`members`: an episode the
 infrastructure failed has no reward of the policy's, trainer/objective/infra_failures.py); A follows
-`adv_norm_by_std` / `adv_leave_one_out`.
+`adv_norm_by_std` / `adv_leave_one_out`. A sample is an episode: an episode of several traces (agents/trajectory.py)
+has one dual weight and one target, which each of its traces' geo log-ratio is driven to (at the seq level it is
+refused, `MULTI_TRACE_SEQ_REFUSAL`).
 
 Legend: B rows of the rollout batch, T response positions, Q queries (groups), G samples per query.
 """
@@ -38,8 +40,8 @@ from torch import Tensor
 
 from trainer.config.algo_config import AlgoConfig
 from trainer.objective.advantages import group_advantages
-from trainer.objective.losses import level_log_ratio
-from trainer.objective.types import Batch
+from trainer.objective.losses import MULTI_TRACE_SEQ_REFUSAL, level_log_ratio
+from trainer.objective.types import Batch, EpisodeRows
 
 BISECT_ITERS = 100  # halvings of the log-λ bracket: ln(1e8)·2^-100 is far below float64 resolution
 DEGENERATE_TOL = 1e-12  # max − min advantage under which a group counts as degenerate
@@ -139,20 +141,25 @@ def quatro_targets(algo: AlgoConfig, batch: Batch,
 
     Needs `algo.quatro_delta > 0`, `batch.rewards`, `batch.group_ids` (B,) and `batch.loss_mask` (B, T). The
     caller stores the targets as `batch.quatro_targets`, which the `quatro` loss reads in place of advantages.
-    Metrics: λ quantiles over non-degenerate queries, solved KL(w_λ‖U) vs δ, status fractions. `members` (B,)
-    bool: the rows that take part (default: all; `group_advantages`).
+    Metrics: λ quantiles over non-degenerate queries, solved KL(w_λ‖U) vs δ, status fractions. `members` (E,)
+    bool: the episodes that take part (default: all; `group_advantages`).
     """
-    adv, _ = group_advantages(batch.rewards, batch.group_ids, members=members,
-                              norm_by_std=algo.adv_norm_by_std, leave_one_out=algo.adv_leave_one_out)  # (B,)
-    mat, valid, rows = group_matrix(adv.double(), batch.group_ids)
+    episodes = EpisodeRows.of(batch.episode_index, len(batch))
+    if not episodes.one_row_each and algo.upd_level == "seq":
+        raise ValueError(MULTI_TRACE_SEQ_REFUSAL)
+    first = episodes.first_rows()  # (E,) a row of each episode: its reward and group are the episode's
+    group_ids = batch.group_ids[first]
+    adv, _ = group_advantages(batch.rewards[first], group_ids, members=members,
+                              norm_by_std=algo.adv_norm_by_std, leave_one_out=algo.adv_leave_one_out)  # (E,)
+    mat, valid, rows = group_matrix(adv.double(), group_ids)
     if members is not None:
         valid = valid & members[rows.clamp(min=0)]  # (Q, G)
     lam, status = solve_duals(mat, valid, algo.quatro_delta, algo.quatro_lambda_min, algo.quatro_lambda_max)
     target = target_log_ratios(mat, valid, lam, algo.quatro_log_ratio_clamp)  # (Q, G)
     target[status["degenerate"]] = 0.0  # exactly 0 (not rounding noise), so the loss skips these rows
-    per_row = torch.zeros(len(batch), dtype=torch.float64)
-    per_row[rows[valid]] = target[valid]
-    targets = per_row.to(batch.loss_mask.dtype)[:, None] * batch.loss_mask  # (B, T)
+    per_episode = torch.zeros(episodes.count, dtype=torch.float64)
+    per_episode[rows[valid]] = target[valid]
+    targets = episodes.per_row(per_episode).to(batch.loss_mask.dtype)[:, None] * batch.loss_mask  # (B, T)
     live = ~status["degenerate"]
     solved_kl = kl_to_uniform(mat, valid, lam)[live]
     out = {f"quatro/{k}_frac": v.double().mean().item() for k, v in status.items()}

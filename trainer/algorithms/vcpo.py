@@ -35,17 +35,21 @@ from torch import Tensor
 
 from trainer.config.algo_config import VCPO_LR_RULES, AlgoConfig
 from trainer.objective.loss_terms import LOG_RATIO_CLAMP, masked_fill_zero
-from trainer.objective.types import Batch
+from trainer.objective.types import Batch, EpisodeRows
 
 
-def sequence_log_weights(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor) -> Tensor:
-    """log w_b = ⟦Σ_t m (old_logp − rollout_logp)⟧, the sequence weight π_θold/μ of each row: (B, T) ×3 → (B,).
+def sequence_log_weights(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor,
+                         episodes: EpisodeRows | None = None) -> Tensor:
+    """log w_b = ⟦Σ_t m (old_logp − rollout_logp)⟧, the sequence weight π_θold/μ of each row: (B, T) ×3 → (B,);
+    with `episodes`, of each episode over all its rows (traces): (E,).
 
     Tokens of `mask` with a non-finite log-prob count as 0 (as `prepare_corrections` leaves them out of m′); a row
     without a token gets 0 (w = 1).
     """
     finite = (mask > 0) & torch.isfinite(old_logp) & torch.isfinite(rollout_logp)  # (B, T)
-    return masked_fill_zero(old_logp - rollout_logp, finite).sum(-1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    per_row = masked_fill_zero(old_logp - rollout_logp, finite).sum(-1)  # (B,)
+    total = per_row if episodes is None else episodes.sum(per_row)
+    return total.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
 
 
 def ess_ratio(log_w: Tensor, rows: Tensor, batch_sum: Callable[[Tensor], Tensor] | None = None) -> float:

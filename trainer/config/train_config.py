@@ -68,7 +68,17 @@ class EnvConfig:
     """TIR convention: simpletir | torl | hermes (reference/environments.md §1)."""
     think_history: str = "keep"
     """Earlier turns' <think> blocks in later prompts: keep (as sampled, any template) | strip (as the chat template
-    renders history; refused where that is not append-only over an episode: agents/templates/check.py)."""
+    renders history: a turn whose rendered prompt does not extend the stream starts a new trace of the episode;
+    hermes tool turns only, agents/templates/history.py; `alprl check-template` says which turns do)."""
+    context: str = "none"
+    """History compaction once prompt + response + the next turn's room pass env.context_budget tokens: none |
+    sliding | drop_tool_outputs | summarize (agents/templates/history.py); each compaction starts a new trace of the episode.
+    Episodes kept in one assistant message only (TIR simpletir / torl, household, WebShop)."""
+    context_budget: int = 0
+    """Tokens of prompt + response past which env.context compacts the history; 0: the engine's max_model_len."""
+    summarizer: str = ""
+    """env.context=summarize: a `module:function` (text → text) that writes the summary of the dropped steps; empty:
+    the policy itself (its greedy answer to a summary request)."""
     max_turns: int = DEFAULT_MAX_TURNS
     """Assistant turns per episode before truncation. This default and those of style, difficulty and
     sandbox_retry_s are envs/tir_defaults.py's, which `gym.make("alprl/TIRMath-v0")` takes too."""

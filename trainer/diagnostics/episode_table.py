@@ -25,15 +25,18 @@ def sampled_rows(n: int, rows: int = EPISODE_TABLE_ROWS) -> list[int]:
 
 def episode_segments(traj: Trajectory) -> tuple[list[list[int]], list[list[int]]]:
     """(turns, outputs): the token ids of each sampled assistant turn, and of each stretch of the response between
-    or after them (what the tool or env answered, with the chat template's glue), in order."""
-    turns, outputs, prev = [], [], 0
-    for start, end in traj.turn_spans:
-        if start > prev:
-            outputs.append(traj.response_ids[prev:start])
-        turns.append(traj.response_ids[start:end])
-        prev = end
-    if prev < len(traj.response_ids):
-        outputs.append(traj.response_ids[prev:])
+    or after them (what the tool or env answered, with the chat template's glue), in order, over every trace of the
+    episode (agents/trajectory.py)."""
+    turns, outputs = [], []
+    for trace in traj.traces:
+        prev = 0
+        for start, end in trace.turn_spans:
+            if start > prev:
+                outputs.append(trace.response_ids[prev:start])
+            turns.append(trace.response_ids[start:end])
+            prev = end
+        if prev < len(trace.response_ids):
+            outputs.append(trace.response_ids[prev:])
     return turns, outputs
 
 
@@ -52,6 +55,6 @@ def episode_table(trajectories: list[Trajectory], tokenizer: Any,
     for i in sampled_rows(len(trajectories), rows):
         traj = trajectories[i]
         turns, outputs = episode_segments(traj)
-        table.append([text(traj.prompt_ids).strip(), _numbered([text(t) for t in turns]),
+        table.append([text(traj.traces[0].prompt_ids).strip(), _numbered([text(t) for t in turns]),
                       _numbered([text(o) for o in outputs]), float(traj.reward)])
     return table

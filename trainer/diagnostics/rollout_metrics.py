@@ -12,7 +12,7 @@ from agents.trajectory import Trajectory
 
 
 def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
-    """Episode statistics of one rollout batch."""
+    """Episode statistics of one rollout batch (its episodes: lengths count every trace of one)."""
     def mean(key: str) -> float:
         return statistics.fmean(float(t.info.get(key, 0)) for t in trajs)
 
@@ -27,8 +27,14 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
         "rollout/unrun_tool_call_frac": mean("unrun_tool_call"),
         "rollout/sandbox_errors": float(sum(bool(t.info.get("sandbox_error")) for t in trajs)),  # episodes, masked
         "rollout/invalid_actions": mean("invalid_actions"),  # commands not admissible as written (household/WebShop)
-        "rollout/response_len": statistics.fmean(len(t.response_ids) for t in trajs),
-        "rollout/sampled_tokens": statistics.fmean(t.num_sampled_tokens for t in trajs),
+        "rollout/response_len": statistics.fmean(t.episode_response_len for t in trajs),
+        "rollout/sampled_tokens": statistics.fmean(t.episode_sampled_tokens for t in trajs),
+        # rows an episode makes (agents/trajectory.py): 1 unless a stripped history, a compaction or a harness's
+        # prefix break started new traces
+        "rollout/traces_per_episode": statistics.fmean(len(t.traces) for t in trajs),
+        # env.context: compactions an episode, and the prompt tokens they took out (agents/templates/history.py)
+        "rollout/compactions": statistics.fmean(t.info.get("trace_starts", {}).get("compaction", 0) for t in trajs),
+        "rollout/compacted_tokens": mean("compacted_tokens"),
     }
 
 

@@ -7,7 +7,10 @@ verl-semantics rejection must leave m′ before the update's denominators are co
 
 The correction value is `v = π_train(θ_old)/μ`, from `Δ_mis = old_logp − rollout_logp` (no grad) at
 `corr_level`: token `exp⟦Δ_bt⟧`, seq `exp⟦Σ_t m Δ_bt⟧`, geo `exp⟦mean_t Δ_bt⟧` (broadcast), turn / turn_geo
-the same product / mean over each turn of a multi-turn episode (a maximal run of sampled tokens). It yields
+the same product / mean over each turn of a multi-turn episode (a maximal run of sampled tokens). A sequence is an
+episode: for an episode of several traces (agents/trajectory.py) seq / geo run over every trace's tokens, the value
+the same on all its rows, and a veto rejects the whole episode (the sampler's and the trainer's probabilities of the
+episode's actions, as if it had been one stream); a turn never spans two traces. It yields
 detached weights `w` and a rejection mask `m′ = m ⊙ keep`; the loss is `agg(w ⊙ ℓ, m′)`.
 
 - tis: `w = min(v, C)`, `m′ = m` (TIS, https://fengyao.notion.site/off-policy-rl).
@@ -71,7 +74,7 @@ from trainer.objective.losses import (
 )
 from trainer.objective.offpolicy_masks import m2po_keep
 from trainer.objective.rejection import divergence_rejection, parse_rs
-from trainer.objective.types import Batch
+from trainer.objective.types import Batch, EpisodeRows
 
 CORRECTIONS = ("none", "tis", "mis")
 CORR_LEVELS = (*RATIO_LEVELS, "turn", "turn_geo")  # the per-turn levels exist for the correction value only
@@ -92,8 +95,10 @@ class Correction:
     metrics: dict[str, float]
 
 
-def correction_log_value(delta: Tensor, mask: Tensor, level: str) -> tuple[Tensor, Tensor | None]:
-    """log v at `level`, broadcast to (B, T) and unclamped; plus the per-row value (B,) for seq/geo.
+def correction_log_value(delta: Tensor, mask: Tensor, level: str,
+                         episodes: EpisodeRows | None = None) -> tuple[Tensor, Tensor | None]:
+    """log v at `level`, broadcast to (B, T) and unclamped; plus the per-row value (B,) for seq/geo, which is its
+    episode's (over all the episode's rows) when `episodes` says which rows make one.
 
     delta: (B, T) Δ_mis, already 0 where m = 0.
     """
@@ -101,9 +106,10 @@ def correction_log_value(delta: Tensor, mask: Tensor, level: str) -> tuple[Tenso
         return delta, None
     if level in ("turn", "turn_geo"):
         return turn_log_value(delta, mask, geo=level == "turn_geo"), None
-    row = delta.sum(-1)  # (B,)
+    episodes = episodes or EpisodeRows.of(None, delta.shape[0])
+    row = episodes.total(delta.sum(-1))  # (B,)
     if level == "geo":
-        row = row / mask.sum(-1).clamp(min=1.0)
+        row = row / episodes.total(mask.sum(-1)).clamp(min=1.0)
     elif level != "seq":
         raise ValueError(f"unknown corr_level {level!r}; valid: {', '.join(CORR_LEVELS)}")
     return row[:, None].expand_as(delta), row
@@ -135,9 +141,10 @@ def turn_log_value(delta: Tensor, mask: Tensor, *, geo: bool) -> Tensor:
     return value * m
 
 
-def is_unit_log_values(log_v: Tensor, mask: Tensor, level: str) -> Tensor | None:
-    """(N,) unclamped log v of each importance-sampling unit: one per non-empty row at seq/geo, one per turn
-    at turn/turn_geo; None at token level, where every token is its own unit.
+def is_unit_log_values(log_v: Tensor, mask: Tensor, level: str,
+                       episodes: EpisodeRows | None = None) -> Tensor | None:
+    """(N,) unclamped log v of each importance-sampling unit: one per non-empty episode (a row, unless `episodes`
+    joins rows) at seq/geo, one per turn at turn/turn_geo; None at token level, where every token is its own unit.
 
     log_v: (B, T) from `correction_log_value`, constant over each unit's tokens, so the unit's first token
     carries its value.
@@ -149,6 +156,11 @@ def is_unit_log_values(log_v: Tensor, mask: Tensor, level: str) -> Tensor | None
         first = turn_starts(mask)
     else:
         first = valid & (valid.long().cumsum(-1) == 1)  # (B, T) each non-empty row's first sampled token
+        if episodes is not None and not episodes.one_row_each:  # only an episode's first non-empty row
+            nonempty = valid.any(-1).long()  # (B,)
+            before = torch.cumsum(nonempty, 0) - nonempty  # (B,) non-empty rows before each row
+            within = before - episodes.per_row(before[episodes.first_rows()])  # (B,) ... within its episode
+            first = first & (within == 0)[:, None]
     return log_v[first]
 
 
@@ -183,13 +195,15 @@ BatchSum = Callable[[Tensor], Tensor]  # Σ over data-parallel ranks
 def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, correction: str, corr_level: str,
                        corr_upper: float, corr_lower: float | None, mis_semantics: str, corr_k1_quirk: bool,
                        corr_veto: bool, corr_veto_threshold: float, corr_batch_norm: bool, rollout_rs: str,
-                       rollout_rs_threshold: str, batch_sum: BatchSum | None = None) -> Correction:
+                       rollout_rs_threshold: str, batch_sum: BatchSum | None = None,
+                       episodes: EpisodeRows | None = None) -> Correction:
     """Weights w and rejection mask m′ for one rollout batch; inputs (B, T), see the module docstring.
 
     The settings are `AlgoConfig` fields by name, with no defaults here (`correction_kwargs`).
     corr_lower None means the semantics' own bound: 0 for `paper` (the ALP TIR scripts), 1/C for `verl`.
     batch_sum: sums a tensor over the data-parallel ranks (in place), so `corr_batch_norm` divides by the mean over
     the global batch; None: this batch is the whole batch.
+    episodes: which rows make one episode (None: each row its own); seq / geo values and the veto are the episode's.
     """
     if not (old_logp.shape == rollout_logp.shape == mask.shape):
         raise ValueError(f"compute_correction: shapes differ: old {tuple(old_logp.shape)}, rollout "
@@ -205,7 +219,8 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
     m = (valid & finite).to(torch.float32)  # (B, T) m without non-finite tokens
     metrics = {"rollout_corr/nonfinite_tokens": float((valid & ~finite).sum())}
     delta = masked_fill_zero(old_logp.float() - rollout_logp.float(), m)  # (B, T) Δ_mis
-    log_v, row = correction_log_value(delta, m, corr_level)
+    log_v, row = correction_log_value(delta, m, corr_level, episodes)
+    units = is_unit_log_values(log_v, m, corr_level, episodes)  # (N,) one value per IS unit; None per token
     v = torch.exp(log_v.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)) * m  # (B, T)
     keep = m.clone()
     if correction == "none":
@@ -220,12 +235,12 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
         else:
             weights, keep = v.clamp(max=upper) * band, keep * band
     if correction != "none" and m.any():
-        metrics |= raw_ratio_metrics(v, row, m, upper)
+        metrics |= raw_ratio_metrics(v, units if row is not None else None, m, upper)
         # verl's rollout_is_* read w here: truncated / masked, before veto, rejection and batch norm
         is_lower = lower if correction == "mis" else 1.0 / upper
-        metrics |= verl_is_metrics(weights, v, is_unit_log_values(log_v, m, corr_level), m, upper, is_lower)
+        metrics |= verl_is_metrics(weights, v, units, m, upper, is_lower)
     if corr_veto:
-        weights, keep, veto_metrics = _veto(delta, m, weights, keep, corr_veto_threshold, mis_semantics)
+        weights, keep, veto_metrics = _veto(delta, m, weights, keep, corr_veto_threshold, mis_semantics, episodes)
         metrics |= veto_metrics
     if rollout_rs:  # verl's rejection by divergence (trainer/objective/rejection.py): rejected tokens leave m′
         rs_keep, rs_metrics = divergence_rejection(delta, m, parse_rs(rollout_rs, rollout_rs_threshold))
@@ -242,8 +257,9 @@ def compute_correction(old_logp: Tensor, rollout_logp: Tensor, mask: Tensor, *, 
 
 
 def correction_kwargs(algo: AlgoConfig) -> dict:
-    """Flat correction settings (`compute_correction` keywords are AlgoConfig field names, but for the rank sum)."""
-    return {n: getattr(algo, n) for n in keyword_names(compute_correction) if n != "batch_sum"}
+    """Flat correction settings (`compute_correction` keywords are AlgoConfig field names, but for the rank sum and
+    the episodes, which the batch gives)."""
+    return {n: getattr(algo, n) for n in keyword_names(compute_correction) if n not in ("batch_sum", "episodes")}
 
 
 def prepare_corrections(algo: AlgoConfig, batch: Batch,
@@ -255,7 +271,7 @@ def prepare_corrections(algo: AlgoConfig, batch: Batch,
     if batch.old_logp is None:
         raise ValueError("prepare_corrections: batch.old_logp is None; run the old-log-prob stage first")
     corr = compute_correction(batch.old_logp, batch.rollout_logp, batch.loss_mask, **correction_kwargs(algo),
-                              batch_sum=batch_sum)
+                              batch_sum=batch_sum, episodes=EpisodeRows.of(batch.episode_index, len(batch)))
     if algo.m2_threshold is None:
         return corr.weights, corr.keep, corr.metrics
     m2_keep, m2_metrics = m2po_keep(batch.old_logp, batch.rollout_logp, corr.keep, threshold=algo.m2_threshold)
@@ -273,12 +289,14 @@ def _mask_metrics(band: Tensor, m: Tensor, semantics: str) -> dict[str, float]:
             f"rollout_corr/{name}_seq_masked_fraction": seq_frac}
 
 
-def _veto(delta: Tensor, m: Tensor, weights: Tensor, keep: Tensor, threshold: float,
-          semantics: str) -> tuple[Tensor, Tensor, dict[str, float]]:
+def _veto(delta: Tensor, m: Tensor, weights: Tensor, keep: Tensor, threshold: float, semantics: str,
+          episodes: EpisodeRows | None = None) -> tuple[Tensor, Tensor, dict[str, float]]:
+    """A sequence (an episode: every row of it) with a token whose v is below `threshold` is rejected."""
     if not threshold > 0:
         raise ValueError(f"corr_veto_threshold must be > 0, got {threshold}")
     catastrophic = (delta < math.log(threshold)) & (m > 0)  # (B, T)
-    bad_row = catastrophic.any(-1, keepdim=True)  # (B, 1)
+    bad = catastrophic.any(-1).float()  # (B,)
+    bad_row = ((episodes.total(bad) if episodes is not None else bad) > 0)[:, None]  # (B, 1)
     ok = (~bad_row).float()
     if semantics == "paper":
         weights = weights * ok
@@ -392,11 +410,11 @@ def applied_weight_metrics(weights: Tensor, keep: Tensor, upper: float) -> dict[
     return {f"rollout_corr/{key}": value for key, value in out.items()}
 
 
-def raw_ratio_metrics(v: Tensor, row_log_v: Tensor | None, m: Tensor, upper: float) -> dict[str, float]:
+def raw_ratio_metrics(v: Tensor, unit_log_v: Tensor | None, m: Tensor, upper: float) -> dict[str, float]:
     """`rollout_corr/raw_ratio_*`: the value v (B, T) before truncation or masking, over m (B, T).
 
-    row_log_v: (B,) unclamped per-row log v at seq/geo level (None at token level): max/min and the
-    high/low fractions then use it in log space, over non-empty rows. The ESS is verl's pre-truncation
+    unit_log_v: (N,) unclamped log v of each non-empty sequence at seq/geo level (`is_unit_log_values`; None at token
+    level): max/min and the high/low fractions then use it in log space. The ESS is verl's pre-truncation
     form (v clamped to [1/C, C] before squaring); std is the population std of v.
     """
     lower = 1.0 / upper
@@ -405,13 +423,13 @@ def raw_ratio_metrics(v: Tensor, row_log_v: Tensor | None, m: Tensor, upper: flo
     mean = masked_mean(v, m)
     out = {"raw_ratio_mean": mean.item(),
            "raw_ratio_std": (masked_mean(v.square(), m) - mean.square()).clamp(min=0).sqrt().item()}
-    if row_log_v is None:
+    if unit_log_v is None:
         out["raw_ratio_max"] = v[valid].max().item()
         out["raw_ratio_min"] = v[valid].min().item()
         out["raw_ratio_fraction_high"] = masked_mean((v > upper).float(), m).item()
         out["raw_ratio_fraction_low"] = masked_mean((v < lower).float(), m).item()
     else:
-        lv = row_log_v[rows]
+        lv = unit_log_v
         out["raw_ratio_max"] = math.exp(min(lv.max().item(), LOG_RATIO_CLAMP))
         out["raw_ratio_min"] = math.exp(max(lv.min().item(), -LOG_RATIO_CLAMP))
         out["raw_ratio_fraction_high"] = (lv > math.log(upper)).float().mean().item()

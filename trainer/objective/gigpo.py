@@ -9,7 +9,8 @@ observation, is shared by the whole group), and normalizes the steps' discounted
 r_k^i within that step group: mean-centred (`mean_norm`) or also divided by the group's std (`mean_std_norm`).
 A step group of one has no baseline: its A^S is 0. A state that one episode visits twice is two members. An
 episode outside its group's statistics (`members`, trainer/objective/infra_failures.py: the infrastructure failed
-it, or its group kept no baseline) joins no step group either, and gets 0 at both levels.
+it, or its group kept no baseline) joins no step group either, and gets 0 at both levels. An episode of several
+traces (agents/trajectory.py) is one episode here: its steps are its traces' turns in order, each with its own anchor.
 
 Legend: B episodes, N_i steps (turns) of episode i, T response positions. Step lists are Python lists (ragged).
 """
@@ -23,7 +24,7 @@ import torch
 from agents.trajectory import Trajectory
 from trainer.config.algo_config import AlgoConfig
 from trainer.objective.advantages import group_advantages
-from trainer.objective.types import Batch
+from trainer.objective.types import Batch, EpisodeRows
 
 STEP_NORMS = ("mean_std_norm", "mean_norm")
 """How A^S normalizes a step group's returns: centre and divide by the std (GRPO), or centre only."""
@@ -121,15 +122,26 @@ def broadcast_step_advantages(step_adv: list[list[float]], turn_spans: list[list
     return out * loss_mask
 
 
-def gigpo_token_advantages(batch: Batch, algo: AlgoConfig, trajs: list[Trajectory],
+def gigpo_token_advantages(batch: Batch, algo: AlgoConfig, episodes: list[Trajectory],
                            members: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """GiGPO advantages of a batch's rows (the trajectories it was collated from, in order) on their sampled
-    tokens, (B, T), with the `algo.gigpo_*` knobs; the outcome reward (after any shaping) is the last step's.
-    `members` (B,): the rows that count (`gigpo_advantages`)."""
-    if len(trajs) != len(batch):
-        raise ValueError(f"gigpo_token_advantages: {len(trajs)} trajectories for a batch of {len(batch)} rows")
-    steps, metrics = gigpo_advantages(batch.rewards, batch.group_ids, [t.turn_states for t in trajs],
+    """GiGPO advantages of a batch's rows on their sampled tokens, (B, T), with the `algo.gigpo_*` knobs; the outcome
+    reward (after any shaping) is the last step's. `episodes`: the E episodes the batch was collated from, in order;
+    an episode's steps are its traces' turns in order (each keeps its anchor state), and each trace's turns get their
+    steps' advantages. `members` (E,): the episodes that count (`gigpo_advantages`)."""
+    rows = EpisodeRows.of(batch.episode_index, len(batch))
+    if len(episodes) != rows.count:
+        raise ValueError(f"gigpo_token_advantages: {len(episodes)} episodes for a batch of {rows.count}")
+    first = rows.first_rows()  # (E,) a row of each episode: its reward and group are the episode's
+    keys = [[key for trace in e.traces for key in trace.turn_states] for e in episodes]
+    steps, metrics = gigpo_advantages(batch.rewards[first], batch.group_ids[first], keys,
                                       gamma=algo.gigpo_gamma, step_weight=algo.gigpo_step_weight,
                                       step_norm=algo.gigpo_step_norm, episode_norm_by_std=algo.adv_norm_by_std,
                                       leave_one_out=algo.adv_leave_one_out, members=members)
-    return broadcast_step_advantages(steps, [t.turn_spans for t in trajs], batch.loss_mask), metrics
+    trace_steps, trace_spans = [], []  # per row: the slice of its episode's steps that are its turns
+    for episode, episode_steps in zip(episodes, steps, strict=True):
+        done = 0
+        for trace in episode.traces:
+            trace_steps.append(episode_steps[done: done + len(trace.turn_spans)])
+            trace_spans.append(trace.turn_spans)
+            done += len(trace.turn_spans)
+    return broadcast_step_advantages(trace_steps, trace_spans, batch.loss_mask), metrics

@@ -68,13 +68,18 @@ def level_log_ratio(delta: Tensor, mask: Tensor, level: str) -> Tensor:
 
 
 def aggregate(per_token: Tensor, mask: Tensor, mode: str, *, n_tokens: float | None = None,
-              n_seqs: float | None = None, norm_len: float | None = None) -> Tensor:
+              n_seqs: float | None = None, norm_len: float | None = None, seq_tokens: Tensor | None = None) -> Tensor:
     """Reduce a (B, T) loss to a scalar (reference/algorithms.md §2.3).
 
     `n_tokens` / `n_seqs` are the mini-batch denominators when a mini-batch is split into micro-batches
     (so micro-batching cannot change the loss); by default the tensor's own counts are used. `norm_len`
     is seq-mean-token-sum-norm's constant T_norm (the configured max response length).
     Empty rows (no valid token) never count.
+
+    A sequence is an episode: with rows that are traces of one episode (agents/trajectory.py), `n_seqs` counts
+    episodes and `seq_tokens` (B,) gives each row its episode's tokens of m (trainer/objective/types.py
+    `row_seq_tokens`), so seq-mean-token-mean takes the mean over the episode's tokens, one term per episode
+    (default: each row its own sequence).
     """
     if per_token.shape != mask.shape:
         raise ValueError(f"aggregate: loss shape {tuple(per_token.shape)} != mask shape {tuple(mask.shape)}")
@@ -86,7 +91,8 @@ def aggregate(per_token: Tensor, mask: Tensor, mode: str, *, n_tokens: float | N
         tokens = n_tokens if n_tokens is not None else mask.sum().clamp(min=1.0)
         return (per_token * mask).sum() / tokens
     if mode == "seq-mean-token-mean":
-        row = (per_token * mask).sum(-1) / row_tokens.clamp(min=1.0)  # (B,)
+        denominator = row_tokens if seq_tokens is None else seq_tokens.to(per_token.dtype)  # (B,)
+        row = (per_token * mask).sum(-1) / denominator.clamp(min=1.0)  # (B,) a row's share of its sequence's mean
         return (row * nonempty).sum() / seqs
     if mode == "seq-mean-token-sum":
         return ((per_token * mask).sum(-1) * nonempty).sum() / seqs
@@ -372,6 +378,15 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
 # Aggregation a loss is only correct with (the objective refuses any other `loss_agg`).
 REQUIRED_AGG: dict[str, str] = {"gspo": "seq-mean-token-mean", "gmpo": "seq-mean-token-mean",
                                 "sapo": "seq-mean-token-mean"}  # verl forces it for SAPO
+
+
+MULTI_TRACE_SEQ_REFUSAL = (
+    "QUATRO at algo.upd_level=seq cannot train an episode of several traces: its target is the log-ratio of the whole "
+    "episode, which the product over one trace's tokens cannot carry; use algo.upd_level=geo (the preset's: each "
+    "trace's mean log-ratio is driven to the episode's target, the episode's mean with it) or keep one trace an "
+    "episode (env.think_history=keep, env.context=none)")
+"""The one loss a multi-trace episode cannot define (trainer/algorithms/quatro.py; docs/architecture.md, "Episodes of
+traces")."""
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:

@@ -2,7 +2,16 @@
 
     rollout → Trajectory (agents/trajectory.py, lists) → Batch (this module, padded tensors)
 
-Legend: B trajectories, L = max(prompt + response) length, T = max response length.
+A row is a trace (agents/trajectory.py): one prompt and the tokens that followed it as sampled. An episode whose turns
+all extended its token stream is one row; one that started new traces (a stripped thinking history, a context
+compaction, a harness's prefix break) is several consecutive rows (`collate` keeps them together, in order,
+`Batch.episode_index` says whose). What belongs to the episode is computed over its rows with `EpisodeRows`: its
+group statistics (trainer/loop.py `compute_advantages`), its sequence-level correction value
+(trainer/objective/corrections.py), its KL penalty in the reward (trainer/reference.py) and its share of a
+sequence-mean loss (`row_seq_tokens`, trainer/update.py). With one row an episode, every reduction is the identity, so
+append-only batches are computed exactly as before.
+
+Legend: B rows (traces), E episodes, L = max(prompt + response) length, T = max response length.
 """
 
 from __future__ import annotations
@@ -10,15 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from agents.trajectory import Trajectory
 
-__all__ = ["Batch", "Trajectory", "collate"]
+__all__ = ["Batch", "EpisodeRows", "Trajectory", "collate", "episode_count", "row_seq_tokens"]
 
 
 @dataclass
 class Batch:
-    """Right-padded tensors for B trajectories.
+    """Right-padded tensors for B rows, one per trace.
 
     input_ids:      (B, L) prompt + response ids, right-padded with pad_id.
     attention_mask: (B, L) 1 on real tokens.
@@ -38,6 +48,8 @@ class Batch:
     quatro_targets: (B, T) QUATRO's trust-region target log-ratios t_b·m, which its loss reads in place of the
                     advantages (None unless algo.quatro_delta > 0).
     ref_logp:       (B, T) log-probs of the frozen reference policy (no grad; None unless algo.kl_coef > 0).
+    episode_index:  (B,)   the episode of each row, 0..E−1, consecutive rows per episode (`collate`; None: each row
+                    its own episode). `EpisodeRows` reduces over it.
 
     `collate` fills the rollout's fields from the trajectories; every later field (and the KL-penalized rewards)
     is assigned by `trainer/loop.py`'s `prepare_batch` only, from what its stages return, for the update's batch
@@ -59,6 +71,7 @@ class Batch:
     corr_keep: torch.Tensor | None = None
     quatro_targets: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
+    episode_index: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -83,10 +96,13 @@ class Batch:
         return Batch(**pick)
 
 
-def collate(trajectories: list[Trajectory], pad_id: int) -> Batch:
-    """Pad trajectories into a Batch; the ids are exactly the sampled ones (no re-tokenization)."""
-    if not trajectories:
+def collate(episodes: list[Trajectory], pad_id: int) -> Batch:
+    """Pad episodes into a Batch, a row per trace (`Trajectory.traces`, in order), with `episode_index` saying whose;
+    the ids are exactly the sampled ones (no re-tokenization)."""
+    if not episodes:
         raise ValueError("collate: no trajectories")
+    trajectories = [trace for episode in episodes for trace in episode.traces]
+    episode_index = torch.tensor([e for e, episode in enumerate(episodes) for _ in episode.traces])  # (B,)
     b = len(trajectories)
     lengths = [len(t.prompt_ids) + len(t.response_ids) for t in trajectories]
     t_max = max(max(len(t.response_ids) for t in trajectories), 1)
@@ -113,4 +129,60 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> Batch:
         response_ids=response_ids, loss_mask=loss_mask, rollout_logp=rollout_logp,
         rewards=torch.tensor([float(t.reward) for t in trajectories]),
         group_ids=torch.tensor([t.group_id for t in trajectories]),
+        episode_index=episode_index,
     )
+
+
+@dataclass(frozen=True)
+class EpisodeRows:
+    """index: (B,) long, the episode of each row, 0..E−1, non-decreasing (an episode's rows are consecutive)."""
+
+    index: Tensor
+
+    @classmethod
+    def of(cls, episode_index: Tensor | None, rows: int) -> EpisodeRows:
+        """From a batch's `episode_index` (None: every row its own episode)."""
+        if episode_index is None:
+            return cls(torch.arange(rows))
+        if episode_index.shape != (rows,):
+            raise ValueError(f"EpisodeRows: episode_index {tuple(episode_index.shape)} for {rows} rows")
+        return cls(episode_index.long())
+
+    @property
+    def count(self) -> int:
+        """E."""
+        return int(self.index.max()) + 1 if self.index.numel() else 0
+
+    @property
+    def one_row_each(self) -> bool:
+        return self.count == self.index.numel()
+
+    def sum(self, x: Tensor) -> Tensor:
+        """Σ over each episode's rows: (B, ...) → (E, ...)."""
+        out = x.new_zeros((self.count, *x.shape[1:]))
+        return out.index_add_(0, self.index.to(x.device), x)
+
+    def per_row(self, x: Tensor) -> Tensor:
+        """An episode value on each of its rows: (E, ...) → (B, ...)."""
+        return x[self.index.to(x.device)]
+
+    def total(self, x: Tensor) -> Tensor:
+        """Each row's episode total of x: (B, ...) → (B, ...) (x itself with one row an episode)."""
+        return x if self.one_row_each else self.per_row(self.sum(x))
+
+    def first_rows(self) -> Tensor:
+        """(E,) the first row of each episode."""
+        first = torch.ones_like(self.index, dtype=torch.bool)
+        first[1:] = self.index[1:] != self.index[:-1]
+        return first.nonzero().squeeze(-1)
+
+
+def row_seq_tokens(mask: Tensor, episodes: EpisodeRows) -> Tensor:
+    """(B,) the tokens of m′ in each row's episode, from mask (B, T): the denominator of a row's share of its episode's
+    token mean under seq-mean-token-mean, so an episode weighs once whatever its number of traces."""
+    return episodes.total(mask.sum(-1))
+
+
+def episode_count(mask: Tensor, episodes: EpisodeRows) -> Tensor:
+    """Episodes with at least one token of m′ among the rows of `mask` (B, T): a sequence mean's denominator."""
+    return (episodes.sum(mask.sum(-1)) > 0).sum()

@@ -133,7 +133,7 @@ class AsyncRollouts:
 
     def metrics(self, trajs: list[Trajectory]) -> dict[str, float]:
         """The step's lag, drops, waits and the producer's rollout time (replacing the synchronous timing's)."""
-        tokens = sum(t.num_sampled_tokens for t in trajs)
+        tokens = sum(t.episode_sampled_tokens for t in trajs)
         m = dict(self.last)
         m["perf/rollout_wait_s"] += self.sync_wait
         m["perf/rollout_tokens_per_s"] = tokens / max(m["perf/rollout_s"], 1e-9)

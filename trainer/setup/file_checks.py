@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.env_families import BY_ID as ENV_FAMILIES
-from agents.env_families import problem_count, think_history_refusal
+from agents.env_families import history_refusal, problem_count
 from agents.models import load_tokenizer
 from agents.perturbation import parse_layers
 from envs.datasets import LAYOUT_NAMES, DatasetError
@@ -111,9 +111,10 @@ def validate_model_shape(cfg: Any) -> list[str]:
         sft = Path(cfg.sft.output_dir)
         model_cfg = json.loads((sft / "config.json").read_text()) if (sft / "config.json").is_file() else {}
         layers, layers_of, where = cfg.model.num_layers, "the tiny model (model.num_layers)", str(sft)
-    if cfg.env.think_history == "strip" and (Path(where) / "config.json").is_file():  # the template decides (the
-        # tiny ChatML `alprl sft` will build drops no thinking); a missing tokenizer is the run's loader's error
-        if refusal := think_history_refusal(cfg.env, _tokenizer_or_none(where)):
+    history = cfg.env.think_history != "keep" or cfg.env.context != "none"
+    if history and (Path(where) / "config.json").is_file():  # the template decides whether hermes makes chat turns;
+        # a missing tokenizer is the run's loader's error
+        if refusal := history_refusal(cfg.env, _tokenizer_or_none(where)):
             raise ConfigError(refusal)
     if p.enabled and not p.logits_only and layers:
         try:

@@ -16,10 +16,10 @@ import os
 from typing import Any
 
 from agents.env_families import BY_ID as ENV_FAMILIES
-from agents.env_families import think_history_refusal
+from agents.env_families import history_refusal
 from agents.perturbation import parse_layers
 from envs.tir.styles import STYLES
-from trainer.objective.losses import REQUIRED_AGG
+from trainer.objective.losses import MULTI_TRACE_SEQ_REFUSAL, REQUIRED_AGG
 from trainer.objective.rejection import parse_rs
 from trainer.runtime.distributed import HALF_DTYPES
 from trainer.runtime.sampler_mismatch import parse_sampler_quant
@@ -58,7 +58,19 @@ def env_rules(cfg: Any) -> list[str]:
                    f"{e.invalid_action_penalty!r} need an env with admissible commands (household, WebShop); "
                    f"{e.id} has none: use exact and 0")
     if entry is not None and (e.style in STYLES or not entry.styled):  # the template's part: validate_model_shape
-        out += [r for r in [think_history_refusal(e)] if r]
+        out += [r for r in [history_refusal(e)] if r]
+    if e.context_budget < 0:
+        out.append(f"env.context_budget={e.context_budget}: expected tokens > 0, or 0 (the engine's max_model_len)")
+    if e.summarizer and e.context != "summarize":
+        out.append(f"env.summarizer={e.summarizer!r} writes summaries for env.context=summarize only; set it, or "
+                   "leave env.summarizer empty")
+    if not (e.think_history == "keep" and e.context == "none"):
+        if cfg.rollout.source == "harness":
+            out.append(f"env.think_history={e.think_history} / env.context={e.context} build alprl's own rollout's "
+                       "prompts; with rollout.source=harness the harness builds its own (a prompt that does not "
+                       "extend the episode's tokens starts a trace by itself): leave them keep / none")
+        if cfg.algo.policy_loss == "quatro" and cfg.algo.upd_level == "seq":
+            out.append(MULTI_TRACE_SEQ_REFUSAL)
     return out
 
 def algo_rules(cfg: Any) -> list[str]:

@@ -163,7 +163,7 @@ def test_quatro_targets_batch_end_to_end_and_realized_kl():
     logp = (batch.old_logp + 0.1 * torch.randn(batch.old_logp.shape)).requires_grad_(True)
     rows = torch.arange(len(batch))
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
-    n_tokens, n_seqs = denominators(batch, rows)
+    n_tokens, n_seqs, _ = denominators(batch, rows)
     loss, loss_metrics = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tokens,
                                                n_seqs=n_seqs)
     loss.backward()

@@ -114,9 +114,9 @@ def test_seq_mis_verl_rejects_whole_rows_and_shrinks_denominators():
     assert verl.metrics["rollout_corr/rollout_rs_seq_masked_fraction"] == 0.5
     batch = _batch(old, torch.zeros(2, 2), torch.ones(2, 2))
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(AlgoConfig(), batch)  # no correction: m′ = m
-    assert [x.item() for x in denominators(batch, torch.arange(2))] == [4.0, 2.0]
+    assert [x.item() for x in denominators(batch, torch.arange(2))[:2]] == [4.0, 2.0]
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(AlgoConfig(**kw, mis_semantics="verl"), batch)
-    assert [x.item() for x in denominators(batch, torch.arange(2))] == [2.0, 1.0]  # rejected row left
+    assert [x.item() for x in denominators(batch, torch.arange(2))[:2]] == [2.0, 1.0]  # rejected row left
 
 
 def test_verl_k1_quirk_only_when_asked():
@@ -217,7 +217,7 @@ def test_every_preset_gives_a_finite_objective_with_gradient(preset):
     if algo.kl_coef:  # the reference forward the loop runs beside θ_old's
         batch.ref_logp = batch.old_logp - 0.05
     rows = torch.arange(len(batch))
-    n_tokens, n_seqs = denominators(batch, rows)
+    n_tokens, n_seqs, _ = denominators(batch, rows)
     logp = logp.requires_grad_(True)
     loss, loss_metrics = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tokens,
                                                n_seqs=n_seqs, norm_len=logp.shape[1])  # Dr.GRPO's T_norm
@@ -234,7 +234,7 @@ def test_micro_batching_matches_the_whole_batch(preset):
     batch, logp = _random_batch(seed=3)
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
     rows = torch.arange(len(batch))
-    n_tokens, n_seqs = denominators(batch, rows)
+    n_tokens, n_seqs, _ = denominators(batch, rows)
     whole, _ = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tokens, n_seqs=n_seqs)
     parts = sum(micro_batch_objective(algo, batch.select(r), logp[r], torch.zeros_like(logp[r]),
                                       n_tokens=n_tokens, n_seqs=n_seqs)[0] for r in (rows[:2], rows[2:]))

@@ -118,7 +118,7 @@ def test_batch_advantages_follow_the_turns_of_the_collated_trajectories():
         assert adv[b, : len(expected)].tolist() == pytest.approx(expected)
         assert adv[b, len(expected):].abs().sum() == 0  # padding
     assert not torch.allclose(adv, broadcast_advantages(group_advantages(REWARDS, GROUPS)[0], batch.loss_mask))
-    with pytest.raises(ValueError, match="4 trajectories for a batch of 5 rows"):
+    with pytest.raises(ValueError, match="4 episodes for a batch of 5"):
         gigpo_token_advantages(batch, algo, trajs[:4])
 
 

@@ -352,7 +352,7 @@ def _objective(algo_kwargs, lps, mask, adv, prepared):
     if prepared:  # once per rollout batch, as prepare_batch does
         corr = compute_correction(batch.old_logp, batch.rollout_logp, mask, **correction_kwargs(algo))
         batch.corr_weights, batch.corr_keep = corr.weights, corr.keep
-    n_tokens, n_seqs = denominators(batch, torch.arange(3))
+    n_tokens, n_seqs, _ = denominators(batch, torch.arange(3))
     loss, _ = micro_batch_objective(algo, batch, lps["logp"], torch.zeros_like(mask), n_tokens=n_tokens,
                                     n_seqs=n_seqs)
     return loss.item()

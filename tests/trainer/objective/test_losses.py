@@ -24,8 +24,8 @@ from trainer.objective.offpolicy_masks import m2po_keep, opsm_keep
 # the positional arguments of the registry, the corrections and the masks: tensors only
 TENSOR_ARGUMENTS = {"logp", "old_logp", "rollout_logp", "advantages", "mask", "ref_logp"}
 # keywords that are data, not hyperparameters: the detached correction weights, π_old for k3_is, the sum over
-# data-parallel ranks
-NOT_HYPERPARAMETERS = {"weights", "old_logp", "batch_sum"}
+# data-parallel ranks, which rows make one episode
+NOT_HYPERPARAMETERS = {"weights", "old_logp", "batch_sum", "episodes"}
 
 
 @functools.cache

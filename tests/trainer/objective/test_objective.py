@@ -40,7 +40,7 @@ def _objective(algo, batch, logp, rows=None, **kw):
     rows = torch.arange(len(batch)) if rows is None else rows
     if batch.corr_keep is None:  # once per rollout batch, as prepare_batch does
         batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
-    n_tokens, n_seqs = denominators(batch, torch.arange(len(batch)))  # mini-batch = the whole batch
+    n_tokens, n_seqs, _ = denominators(batch, torch.arange(len(batch)))  # mini-batch = the whole batch
     sub = batch.select(rows)
     lp = logp[rows][:, : sub.loss_mask.shape[1]]
     return micro_batch_objective(algo, sub, lp, torch.zeros_like(lp), n_tokens=n_tokens, n_seqs=n_seqs, **kw)[0]
@@ -85,7 +85,7 @@ def test_seq_mean_token_sum_norm_entropy_term_uses_the_same_constant():
     algo = AlgoConfig(loss_agg=NORM, loss_agg_norm_len=8, entropy_coef=0.1)
     batch, logp = _worked_example()
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
-    n_tokens, n_seqs = denominators(batch, torch.arange(3))
+    n_tokens, n_seqs, _ = denominators(batch, torch.arange(3))
     entropy = torch.full_like(logp, 0.5)
     loss, _ = micro_batch_objective(algo, batch, logp, entropy, n_tokens=n_tokens, n_seqs=n_seqs)
     assert loss.item() == pytest.approx(EXPECTED - 0.1 * 2.5 / 16, rel=1e-6)

@@ -148,7 +148,7 @@ def test_the_objective_applies_opsm_to_the_policy_term_and_m2po_to_m_prime():
     logp = torch.zeros(2, 2, dtype=torch.float64, requires_grad=True)
     algo = AlgoConfig(policy_loss="bypass", clip_low=0.5, clip_high=3.0, opsm_delta=0.1)
     batch.corr_weights, batch.corr_keep, _ = prepare_corrections(algo, batch)
-    n_tok, n_seq = denominators(batch, torch.arange(2))
+    n_tok, n_seq, _ = denominators(batch, torch.arange(2))
     loss, metrics = micro_batch_objective(algo, batch, logp, torch.zeros_like(logp), n_tokens=n_tok, n_seqs=n_seq)
     loss.backward()
     # row 0 leaves the policy term (no gradient) but stays in the token-mean denominator (4 tokens)
