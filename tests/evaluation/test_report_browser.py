@@ -40,7 +40,7 @@ def _records():
         for rank, scale in enumerate(scales):
             for i in range(6):  # success falls with the scale's rank: 6, 5, 4 ... of 6 episodes won
                 won = i < 6 - (rank + (family != "clean"))
-                out.append({"index": i, "task_type": "add" if i % 2 else "multiply", "won": won,
+                out.append({"index": i, "sample": 0, "task_type": "add" if i % 2 else "multiply", "won": won,
                             "reward": float(won), "family": family, "scale": scale,
                             "condition": f"{family}@{scale}", "probe_kl": 0.1 * rank})
     return out

@@ -191,8 +191,61 @@ def test_sweep_never_modifies_the_original(tiny_tokenizer):
 
 
 def _synthetic(family, scale, wins, types=("a", "b")):
-    return [{"index": i, "task_type": types[i % 2], "won": bool(w), "reward": float(w), "family": family,
-             "scale": scale, "condition": f"{family}@{scale}"} for i, w in enumerate(wins)]
+    return [{"index": i, "sample": 0, "task_type": types[i % 2], "won": bool(w), "reward": float(w),
+             "family": family, "scale": scale, "condition": f"{family}@{scale}"} for i, w in enumerate(wins)]
+
+
+def _paired(family, scale, wins_per_task):
+    """Records of one condition: task i played len(wins_per_task[i]) samples, won as listed."""
+    return [{"index": i, "sample": j, "task_type": "t", "won": bool(w), "reward": float(w), "family": family,
+             "scale": scale, "condition": f"{family}@{scale}"}
+            for i, wins in enumerate(wins_per_task) for j, w in enumerate(wins)]
+
+
+def test_paired_change_and_retention_intervals_on_hand_made_records(tmp_path):
+    from evaluation.reports.robustness_report import write_robustness_report
+
+    # 8 tasks × 2 samples. Clean wins tasks 0-3 twice and tasks 4-7 once (per task 1, 1, 1, 1, .5, .5, .5, .5);
+    # noise@0.1 loses one sample of every task, so every paired per-task change is −0.5 and every resample of
+    # tasks has mean change −0.5: the interval is the point, while clean's own success interval is wide.
+    clean = _paired("clean", 0.0, [[1, 1]] * 4 + [[1, 0]] * 4)
+    noise = _paired("noise", 0.1, [[0, 1]] * 4 + [[0, 0]] * 4)
+    table = condition_table(clean + noise)
+    assert table[0]["change"] == 0.0 and table[0]["change_ci"] is None and table[0]["retention_ci"] is None
+    assert table[1]["success"] == 0.25 and table[1]["change"] == -0.5 and table[1]["change_ci"] == [-0.5, -0.5]
+    assert table[0]["success_ci"][1] - table[0]["success_ci"][0] >= 0.25  # unpaired, the task mix shows
+
+    # Retention: clean wins tasks 0-3 twice and 4-7 never; quant@int4 wins tasks 0-3 once. Every task keeps half
+    # its clean success, so every resample's ratio is 0.5 (the ~1/256 of resamples with tasks 4-7 only have no
+    # clean success and sort to the ends, far from the 2.5% and 97.5% points).
+    clean = _paired("clean", 0.0, [[1, 1]] * 4 + [[0, 0]] * 4)
+    quant = _paired("quant", "int4", [[1, 0]] * 4 + [[0, 0]] * 4)
+    row = condition_table(clean + quant)[1]
+    assert row["retention"] == 0.5 and row["retention_ci"] == [0.5, 0.5] and row["change"] == -0.25
+    # pairs are (task, sample), not record positions: the condition's records reversed pair the same episodes
+    # (by position, clean's tasks 0-3 would meet quant's tasks 7-4 and the reverse: changes −1 and +0.5)
+    reversed_row = condition_table(clean + quant[::-1])[1]
+    assert [reversed_row[k] for k in ("change", "change_ci", "retention_ci")] == \
+        [row[k] for k in ("change", "change_ci", "retention_ci")]
+
+    # Two tasks, one sample: a resample is {0, 0}, {0, 1} or {1, 1} (1/4, 1/2, 1/4 of 1000), so both bounds are
+    # the extremes. prune@0.5 loses task 1: changes {0, −1} → [−1, 0]; retention {1, 0.5, 0} → [0, 1].
+    # prune@0.9 swaps which task is won: retention 0/1, 1/0 (no clean success: unbounded) or 1 → [0, None].
+    lost = condition_table(_paired("clean", 0.0, [[1], [1]]) + _paired("prune", 0.5, [[1], [0]]))[1]
+    assert lost["change_ci"] == [-1.0, 0.0] and lost["retention_ci"] == [0.0, 1.0]
+    write_robustness_report(tmp_path, _paired("clean", 0.0, [[1], [0]]) + _paired("prune", 0.9, [[0], [1]]))
+    saved = json.loads((tmp_path / "robustness.json").read_text())  # what the report keeps carries them
+    swapped = saved["conditions"][1]
+    assert swapped["retention"] == 1.0 and swapped["retention_ci"] == [0.0, None]
+    assert saved["curves"]["prune"]["retention_ci"] == [None, [0.0, None]]
+    assert saved["curves"]["prune"]["change_ci"] == [None, [-1.0, 1.0]]
+
+    with pytest.raises(ValueError, match=r"noise@0.1 did not play the clean run's episodes \(missing \(task, "
+                                         r"sample\) \[\(7, 1\)\]"):
+        condition_table(_paired("clean", 0.0, [[1, 1]] * 8) + noise[:-1])
+    with pytest.raises(ValueError, match="has no 'sample' field"):
+        condition_table(_paired("clean", 0.0, [[1]]) +
+                        [{k: v for k, v in r.items() if k != "sample"} for r in _paired("noise", 0.1, [[1]])])
 
 
 def test_reductions_worked_example():
