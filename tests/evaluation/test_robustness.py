@@ -324,12 +324,15 @@ def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
     assert success["clean@0.0"] == 1.0 and success["quant@int8"] == 1.0
     assert success["noise@4.0"] < 1.0 and success["prune@0.95"] < 1.0
     assert summary["curves"]["noise"]["retention"][0] == 1.0
+    by_name = {c["condition"]: c for c in summary["conditions"]}
+    # scale 0 replays clean: no change in any resample; int8 keeps the solver's answers too
+    assert by_name["noise@0.0"]["change_ci"] == [0.0, 0.0] and by_name["quant@int8"]["retention_ci"] == [1.0, 1.0]
     html = page.read_text()
     images = re.findall(r"src='data:image/png;base64,([^']+)'", html)
-    assert len(images) == 5  # success × 3 families, retention, probe KL
+    assert len(images) == 6  # success × 3 families, change, retention, probe KL
     assert all(base64.b64decode(img).startswith(b"\x89PNG\r\n\x1a\n") for img in images)
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "probe_kl.png", "retention.png", "success_noise.png", "success_prune.png", "success_quant.png"]
+        "change.png", "probe_kl.png", "retention.png", "success_noise.png", "success_prune.png", "success_quant.png"]
     before = copy.deepcopy(summary)
     from evaluation.reports.robustness_report import write_robustness_report
 
