@@ -309,7 +309,17 @@ def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
     settings = EvalSettings(env=EnvConfig(difficulty=0, max_turns=5),
                             limits=RolloutLimits(24, 48, 32, mask_void_turns=False),
                             samples_per_task=1, greedy=True, temperature=1.0, top_p=1.0, top_k=0, seed=0, num_envs=16)
-    page = run_robustness(solver_dir, settings, ["noise", "prune", "quant"], scales, tmp_path, num_tasks=4)
+    lines = []
+    page = run_robustness(solver_dir, settings, ["noise", "prune", "quant"], scales, tmp_path, num_tasks=4,
+                          progress=lines.append)
+    # a line naming the sweep, then one per condition as it finishes, in order, with its success
+    assert lines[0] == f"robustness of {solver_dir}: 7 conditions (clean first), each on the same 4 tasks × 1 sample"
+    order = ["clean@0.0", "noise@0.0", "noise@4.0", "prune@0.0", "prune@0.95", "quant@int8", "quant@int2"]
+    done = [re.fullmatch(r"\[(\d)/7\] (\S+): success ([\d.]+)% of 4 episodes(, [-+][\d.]+ points vs clean)?"
+                         r"(, probe KL \S+)?, \d+ s", line) for line in lines[1:]]
+    assert all(done) and [(int(m[1]), m[2]) for m in done] == list(enumerate(order, 1)), lines
+    assert done[0][4] is None and done[0][5] is None, lines[1]  # clean: no change against itself, no KL
+    assert all(m[4] and m[5] for m in done[1:]), lines
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     assert len(records) == 7 * 4 and {r["task_id"] for r in records} == {f"tir/test/{i}" for i in range(4)}
     by_cond = {}
@@ -324,6 +334,8 @@ def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
     assert success["clean@0.0"] == 1.0 and success["quant@int8"] == 1.0
     assert success["noise@4.0"] < 1.0 and success["prune@0.95"] < 1.0
     assert summary["curves"]["noise"]["retention"][0] == 1.0
+    for m, row in zip(done, summary["conditions"], strict=True):  # the progress lines give the report's figures
+        assert float(m[3]) == pytest.approx(100 * row["success"], abs=0.05)
     by_name = {c["condition"]: c for c in summary["conditions"]}
     # scale 0 replays clean: no change in any resample; int8 keeps the solver's answers too
     assert by_name["noise@0.0"]["change_ci"] == [0.0, 0.0] and by_name["quant@int8"]["retention_ci"] == [1.0, 1.0]
