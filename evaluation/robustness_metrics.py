@@ -9,8 +9,9 @@ Definitions (per condition = one (family, scale); per task type the same on that
   `sample`); its 95% interval bootstraps the per-task changes over tasks, which cancels how hard each task is
   (`evaluation.scores`, "intervals"). A condition whose (task, sample) pairs are not the clean run's is an error;
 - retention: success / clean success; None when the clean success is 0 (undefined, not 0 or 1); its 95% interval
-  resamples tasks with their clean and perturbed success together (`bootstrap_ratio_ci`: None as the upper bound
-  when some resample has no clean success);
+  resamples tasks with their clean and perturbed success together (`bootstrap_ratio_ci`: a resample without clean
+  success has no finite ratio, so when 2.5% of them or more have none the upper bound is None, unbounded);
+- the clean row itself: change 0 and retention 1 by definition, with no interval (None);
 - degradation curve of a family: the clean point (scale 0, or the label "clean") followed by its scales;
   `retention_auc` (numeric scales only): trapezoidal area under retention vs scale over [0, max scale],
   divided by max scale, so 1.0 = no degradation anywhere on the grid; `mean_retention`: the plain mean over
