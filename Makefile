@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # break `import transformers` ("operator torchvision::nms does not exist"), so they are removed again.
 TORCH_CPU_PIN ?= torch==2.13.0
 
-.PHONY: demo test browser docker-engine sandbox-image docker-test bench lint venv clean
+.PHONY: demo test browser docker-engine sandbox-image sandbox-up sandbox-down docker-test bench lint venv clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,14 @@ docker-engine:
 # The sandbox image, built without a registry or network inside the build (sandbox/deploy/build_image.sh).
 sandbox-image:
 	bash sandbox/deploy/build_image.sh
+
+# The compose stack with `docker compose` (v2 plugin) or `docker-compose` (v1, Debian's), whichever answers:
+# builds the image if needed, waits for the service, prints its URL and a request that checks it.
+sandbox-up:
+	bash sandbox/deploy/compose.sh up
+
+sandbox-down:
+	bash sandbox/deploy/compose.sh down
 
 # The compose stack for real: image, `compose up`, abuse cases, load, restart, replicas, `compose down`.
 docker-test: $(STAMP) docker-engine

@@ -154,6 +154,7 @@ def run_robustness_command(args: argparse.Namespace) -> int:
 
     from transformers.utils import logging as hf_logging
 
+    from evaluation.reports.robustness_report import text_table
     from evaluation.robustness_run import parse_scales, run_robustness
     from trainer.setup.saved_config import run_eval_on_tasks
 
@@ -164,11 +165,14 @@ def run_robustness_command(args: argparse.Namespace) -> int:
         families = [f.strip() for f in args.perturb.split(",") if f.strip()]
         report = run_robustness(args.checkpoint, settings, families, scales,
                                 args.out or Path(args.checkpoint) / "robustness", args.tasks, layers=args.layers,
-                                meta=meta | run_eval_on_tasks(args.checkpoint, args.tasks), progress=print)
+                                meta=meta | run_eval_on_tasks(args.checkpoint, args.tasks),
+                                progress=lambda line: print(line, flush=True))  # shown as it happens, piped too
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"alprl robustness: error: {exc}", file=sys.stderr)
         return 2
-    print(report)
+    print()
+    print(text_table(json.loads((report.parent / "robustness.json").read_text())))
+    print(f"report: {report}")
     return 0
 
 

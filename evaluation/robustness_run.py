@@ -67,14 +67,20 @@ def run_robustness(checkpoint: str | Path, settings: EvalSettings,
     dtype: the HF engine's dtype; layers: decoder layers to perturb ('all', '0-5').
     num_probes: prompts on which the clean-vs-perturbed KL is measured (0 = skip).
     meta: more facts for the report (where the settings came from).
+    progress: gets a line naming the sweep, then one line as each condition finishes.
     """
     if num_tasks < 1 or settings.samples_per_task < 1:
         raise ValueError(f"run_robustness: num_tasks={num_tasks} and samples_per_task={settings.samples_per_task} "
                          "must both be >= 1")
     names = check_families(families)
+    grid = {f: [str(s) for s in (dict(scales or {}).get(f) or DEFAULT_SCALES[f])] for f in names}
     model, tokenizer = load_model_and_tokenizer(checkpoint)
     agent = settings.make_agent(tokenizer)
     env_list = settings.make_envs(num_tasks * settings.samples_per_task)
+    if progress:  # once what can fail on bad input has not
+        progress(f"robustness of {checkpoint}: {1 + sum(map(len, grid.values()))} conditions (clean first), each "
+                 f"on the same {num_tasks} tasks × {settings.samples_per_task} "
+                 f"sample{'s' if settings.samples_per_task != 1 else ''}")
     pool = ThreadPoolExecutor(max_workers=8)
 
     def run_eval(perturbed) -> list[dict[str, Any]]:
@@ -92,7 +98,6 @@ def run_robustness(checkpoint: str | Path, settings: EvalSettings,
         pool.shutdown()
         for env in env_list:
             env.close()
-    grid = {f: [str(s) for s in (dict(scales or {}).get(f) or DEFAULT_SCALES[f])] for f in names}
     meta = {"checkpoint": str(checkpoint), "env": env_entry(settings.env.id).env_id, "split": split,
             "num_tasks": num_tasks, "samples_per_task": settings.samples_per_task, "greedy": settings.greedy,
             "seed": settings.seed, "engine_dtype": dtype, "temperature": settings.temperature,

@@ -30,7 +30,7 @@ import math
 import random
 import statistics
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from envs.datasets.answers import normalize_text
@@ -106,17 +106,49 @@ def group_by_problem(records: Sequence[Record], problem_key: str = "index", *,
     return dict(groups)
 
 
+def bootstrap_indices(n: int, *, n_boot: int, seed: int) -> Iterator[list[int]]:
+    """`n_boot` resamples of positions 0..n−1, each n draws with replacement, from `random.Random(seed)`: the same
+    draws for every caller with the same n and seed, so paired series resampled by them stay paired."""
+    rng = random.Random(seed)
+    positions = range(n)
+    for _ in range(n_boot):
+        yield rng.choices(positions, k=n)
+
+
+def _percentile_bounds(ordered: Sequence[float], alpha: float) -> tuple[float, float]:
+    """The alpha/2 and 1 − alpha/2 points of sorted bootstrap statistics (the percentile interval)."""
+    last = len(ordered) - 1
+    return ordered[int(math.floor(alpha / 2 * last))], ordered[int(math.ceil((1 - alpha / 2) * last))]
+
+
 def bootstrap_ci(values: Sequence[float], *, n_boot: int = 1000, alpha: float = 0.05,
                  seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap (1 − alpha) interval of the mean of `values` (resampled with replacement)."""
     if not values:
         raise ValueError("bootstrap_ci: no values")
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(n_boot))
-    lo = means[int(math.floor(alpha / 2 * (n_boot - 1)))]
-    hi = means[int(math.ceil((1 - alpha / 2) * (n_boot - 1)))]
-    return lo, hi
+    means = sorted(statistics.fmean([values[i] for i in idx])
+                   for idx in bootstrap_indices(len(values), n_boot=n_boot, seed=seed))
+    return _percentile_bounds(means, alpha)
+
+
+def bootstrap_ratio_ci(num: Sequence[float], den: Sequence[float], *, n_boot: int = 1000, alpha: float = 0.05,
+                       seed: int = 0) -> tuple[float, float | None]:
+    """Percentile bootstrap (1 − alpha) interval of mean(num) / mean(den), the pairs (num[i], den[i]) resampled
+    together; num and den ≥ 0 (success rates). A resample with mean(den) = 0 has no finite ratio: it counts as +∞,
+    or, when mean(num) is 0 too, as the lowest possible ratio (0) for the lower bound and +∞ for the upper, so an
+    undefined ratio can only widen the interval. The upper bound is None when it is +∞ (unbounded)."""
+    if not num or len(num) != len(den):
+        raise ValueError(f"bootstrap_ratio_ci: needs as many numerators as denominators, at least one "
+                         f"(got {len(num)} and {len(den)})")
+    low_end, high_end = [], []
+    for idx in bootstrap_indices(len(num), n_boot=n_boot, seed=seed):
+        top, bottom = statistics.fmean([num[i] for i in idx]), statistics.fmean([den[i] for i in idx])
+        ratio = top / bottom if bottom > 0 else math.inf
+        low_end.append(0.0 if bottom <= 0 and top <= 0 else ratio)
+        high_end.append(ratio)
+    lo = _percentile_bounds(sorted(low_end), alpha)[0]
+    hi = _percentile_bounds(sorted(high_end), alpha)[1]
+    return lo, hi if math.isfinite(hi) else None
 
 
 def paired_difference(before: Sequence[Record], after: Sequence[Record], *, success_key: str = "won",

@@ -2,9 +2,12 @@
 
 Inputs: the per-episode records of `robustness_sweep` (kept as `<out>/records.jsonl`) and optional metadata
 (checkpoint, env, ...; kept as `<out>/meta.json`), so `write_robustness_report(out)` re-renders a report from
-its directory alone. Plots: success vs perturbation scale per family (overall, bold, and per task type),
-retention per family, and the probe KL (clean vs perturbed next-token distributions) when measured.
-Plot style follows `evaluation.reports.run_report` (matplotlib Agg, 100 dpi, light grid).
+its directory alone. Plots: success vs perturbation scale per family (overall, bold, with its 95% interval over
+tasks, and per task type), the paired change in success against clean per family, retention per family (both with
+their intervals, `evaluation.robustness_metrics` defines them), and the probe KL (clean vs perturbed next-token
+distributions) when measured. `text_table` is the same table for a terminal (`alprl robustness` prints it).
+Plot style follows `evaluation.reports.run_report` (matplotlib Agg, 100 dpi, light grid); every interval is drawn
+in `INTERVAL_COLOR` and nothing else is, so a reader (and the browser test) can tell them from the data.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.reports.run_report import read_jsonl
 from evaluation.robustness_metrics import summarize_robustness  # noqa: E402
+
+INTERVAL_COLOR = "#b5179e"  # not in matplotlib's default cycle (the per-type lines) nor the bars' colours
 
 
 def _png_bytes(fig) -> bytes:
@@ -54,26 +59,65 @@ def plot_success(family: str, curve: Mapping[str, Any]) -> bytes:
             ax.plot(*zip(*pts, strict=True), marker=".", linewidth=1, alpha=0.8, label=task_type)
     # drawn last, on top: with few tasks the per-type lines often coincide with the overall one
     ax.plot(xs, curve["success"], marker="o", linewidth=2.5, color="black", label="all tasks", zorder=5)
+    ax.set_ylim(-0.03, 1.03)
+    _whiskers(ax, xs, curve["success"], curve["success_ci"], label="95% interval over tasks")
     ax.set_title(f"Success vs {family} scale")
     ax.set_ylabel("success rate")
-    ax.set_ylim(-0.03, 1.03)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     return _png_bytes(fig)
 
 
+def _whiskers(ax, xs: Sequence[float], values: Sequence[float | None], cis: Sequence[Sequence[float | None] | None],
+              scale: float = 1.0, label: str | None = None) -> None:
+    """Interval whiskers (with caps) at xs; a point without an interval gets none; an upper bound of None
+    (unbounded) reaches the top of the axes and is marked ∞ there."""
+    top = ax.get_ylim()[1]
+    for x, value, ci in zip(xs, values, cis, strict=True):
+        if value is None or ci is None:
+            continue
+        lo, hi = ci[0] * scale, top if ci[1] is None else ci[1] * scale
+        ax.errorbar([x], [value * scale], yerr=[[value * scale - lo], [hi - value * scale]], fmt="none",
+                    ecolor=INTERVAL_COLOR, elinewidth=2, capsize=4, capthick=2, zorder=6, label=label)
+        label = None  # one legend entry
+        if ci[1] is None:
+            ax.annotate("∞", (x, top), xytext=(5, -3), textcoords="offset points", ha="left", va="top",
+                        fontsize=10, color=INTERVAL_COLOR)
+
+
 def plot_retention(curves: Mapping[str, Mapping[str, Any]]) -> bytes:
-    """One panel per family: retention (perturbed / clean success) per scale; an empty bar where undefined."""
+    """One panel per family: retention (perturbed / clean success) per scale with its 95% interval; an empty bar
+    where undefined."""
     fig, axes = plt.subplots(1, len(curves), figsize=(3.4 * len(curves), 3.2), squeeze=False)
+    finite = [v for c in curves.values() for ci in c["retention_ci"] if ci for v in ci if v is not None]
+    top = 1.05 * max([1.2, *finite, *(r for c in curves.values() for r in c["retention"] if r is not None)])
     for ax, (family, curve) in zip(axes[0], curves.items(), strict=True):
         labels = ["clean", *(str(x) for x in curve["x"][1:])]
         values = [r if r is not None else 0.0 for r in curve["retention"]]
         ax.bar(range(len(labels)), values, color=["#888"] + ["#3a7"] * (len(labels) - 1))
+        ax.set_ylim(0.0, top)
+        _whiskers(ax, range(len(labels)), curve["retention"], curve["retention_ci"])
         ax.set_xticks(range(len(labels)), labels, rotation=45, fontsize=7)
         ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
         ax.set_title(family)
         ax.grid(alpha=0.3, axis="y")
     axes[0][0].set_ylabel("retention (perturbed / clean)")
+    return _png_bytes(fig)
+
+
+def plot_change(curves: Mapping[str, Mapping[str, Any]]) -> bytes:
+    """One panel per family: success − clean success in points per scale, with its paired 95% interval."""
+    fig, axes = plt.subplots(1, len(curves), figsize=(3.4 * len(curves), 3.2), squeeze=False, sharey=True)
+    bounds = [100 * v for c in curves.values() for ci in c["change_ci"] if ci for v in ci]
+    axes[0][0].set_ylim(min([-5.0, *bounds]) - 3, max([5.0, *bounds]) + 3)
+    for ax, (family, curve) in zip(axes[0], curves.items(), strict=True):
+        xs = _xaxis(ax, curve, "scale")
+        ax.axhline(0.0, color="black", linewidth=0.8, linestyle="--")
+        ax.plot(xs, [100 * c for c in curve["change"]], marker="o", color="black", linewidth=1.5, zorder=5)
+        _whiskers(ax, xs, curve["change"], curve["change_ci"], scale=100.0)
+        ax.set_title(family)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("change vs clean (points)")
     return _png_bytes(fig)
 
 
@@ -95,7 +139,8 @@ def plot_probe_kl(curves: Mapping[str, Mapping[str, Any]]) -> bytes | None:
 def _heading(plot_name: str) -> str:
     if plot_name.startswith("success_"):
         return f"Success vs {plot_name.removeprefix('success_')} scale"
-    return {"retention": "Retention (perturbed / clean success)",
+    return {"retention": "Retention (perturbed / clean success), 95% interval over tasks",
+            "change": "Change in success against clean (paired by task and sample), 95% interval over tasks",
             "probe_kl": "Probe KL: clean vs perturbed next-token distributions"}[plot_name]
 
 
@@ -111,14 +156,59 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _number(value: float | None, scale: float, digits: int, signed: bool) -> str:
+    if value is None:
+        return "∞"  # an interval bound of None is unbounded (robustness_metrics)
+    return f"{value * scale:+.{digits}f}" if signed else f"{value * scale:.{digits}f}"
+
+
+def _interval(ci: Sequence[float | None] | None, scale: float = 1.0, digits: int = 1, signed: bool = False) -> str:
+    if ci is None:
+        return "—"
+    return f"[{_number(ci[0], scale, digits, signed)}, {_number(ci[1], scale, digits, signed)}]"
+
+
+def condition_cells(row: Mapping[str, Any]) -> dict[str, str]:
+    """A condition's figures as text, the same in the page and the terminal: success in %, the paired change
+    against clean in points, retention as a ratio, each with its 95% interval ("—" where there is none)."""
+    clean = row["family"] == "clean"
+    return {"success %": f"{100 * row['success']:.1f}", "success CI": _interval(row["success_ci"], 100.0),
+            "change, points": "—" if clean else f"{100 * row['change']:+.1f}",
+            "change CI": _interval(row["change_ci"], 100.0, signed=True),
+            "retention": "—" if row["retention"] is None else f"{row['retention']:.2f}",
+            "retention CI": _interval(row["retention_ci"], digits=2),
+            "probe KL": "—" if row.get("probe_kl") is None else f"{row['probe_kl']:.4g}"}
+
+
+def text_table(summary: Mapping[str, Any]) -> str:
+    """The condition table for a terminal: condition, success, change against clean and retention with their 95%
+    intervals, probe KL; columns aligned, a legend line below."""
+    header = ["condition", "success % [95% CI]", "change vs clean, points [95% CI]", "retention [95% CI]",
+              "probe KL"]
+    rows = []
+    for row in summary["conditions"]:
+        cells = condition_cells(row)
+        rows.append([str(row["condition"]), f"{cells['success %']} {cells['success CI']}",
+                     f"{cells['change, points']} {cells['change CI']}".removesuffix(" —"),
+                     f"{cells['retention']} {cells['retention CI']}".removesuffix(" —"), cells["probe KL"]])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
+    return "\n".join([*lines, "intervals: 95% bootstrap over tasks; change and retention pair each episode with the "
+                                "clean one of the same task and sample"])
+
+
 def _tables(summary: Mapping[str, Any]) -> str:
     table = summary["conditions"]
     extra = sorted({k for row in table for k in row if k.startswith("perturb_") or k == "probe_kl"})
-    rows = [[r["family"], r["scale"], r["episodes"], r["success"],
-             f"{r['success_ci'][0]:.3g}–{r['success_ci'][1]:.3g}", r["retention"], r["reward"],
+    figures = ["success %", "success CI", "change, points", "change CI", "retention", "retention CI"]
+    rows = [[r["family"], r["scale"], r["episodes"], *(condition_cells(r)[k] for k in figures), r["reward"],
              *(r.get(k) for k in extra)] for r in table]
-    header = ["family", "scale", "episodes", "success", "95% CI", "retention", "reward", *extra]
-    parts = ["<h2>Retention table</h2>", _table(header, rows)]
+    header = ["family", "scale", "episodes", "success %", "95% CI", "change vs clean, points", "95% CI (paired)",
+              "retention", "95% CI", "reward", *extra]
+    parts = ["<h2>Conditions: success, change against clean, retention</h2>",
+             "<p>Intervals: 95% bootstrap over tasks. The change against clean and the retention pair each episode "
+             "with the clean one of the same task and sample seed, so how hard each task is cancels.</p>",
+             _table(header, rows)]
     types = list(table[0]["per_type"])
     if types:
         cell = [[r["family"], r["scale"], *(f"{_fmt(r['per_type'].get(t, {}).get('success'))} "
@@ -151,6 +241,7 @@ def write_robustness_report(out_dir: str | Path, records: Sequence[Mapping[str, 
     (out / "robustness.json").write_text(json.dumps({"meta": meta, **summary}, indent=2))
     plots = {f"success_{f}": plot_success(f, c) for f, c in summary["curves"].items()}
     if summary["curves"]:
+        plots["change"] = plot_change(summary["curves"])
         plots["retention"] = plot_retention(summary["curves"])
         kl = plot_probe_kl(summary["curves"])
         if kl:

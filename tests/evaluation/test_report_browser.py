@@ -1,6 +1,8 @@
 """The robustness and `alprl eval` reports render in a real browser: headless Chromium loads the page, every embedded
-PNG decodes (naturalWidth > 0), and a screenshot of the page is not blank. The run report (several runs overlaid):
-every figure is there, decodes, is not blank (grey-level variance on a canvas) and the page logs no console error.
+PNG decodes (naturalWidth > 0), and a screenshot of the page is not blank. The robustness report shows every
+interval of its robustness.json: in each plot, one whisker per interval (counted in the decoded pixels), and in its
+table, each condition's intervals as the JSON gives them. The run report (several runs overlaid): every figure is
+there, decodes, is not blank (grey-level variance on a canvas) and the page logs no console error.
 
 Needs the Debian `chromium` package (`apt-get install -y chromium`); skipped with that reason without it.
 """
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from evaluation.reports.eval_report import summarize_eval, write_eval_report
-from evaluation.reports.robustness_report import write_robustness_report
+from evaluation.reports.robustness_report import INTERVAL_COLOR, write_robustness_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 NO_BROWSER = "no /usr/bin/chromium: install the browser with `apt-get install -y chromium` (as root)"
@@ -40,9 +42,26 @@ def _records():
         for rank, scale in enumerate(scales):
             for i in range(6):  # success falls with the scale's rank: 6, 5, 4 ... of 6 episodes won
                 won = i < 6 - (rank + (family != "clean"))
-                out.append({"index": i, "task_type": "add" if i % 2 else "multiply", "won": won,
+                out.append({"index": i, "sample": 0, "task_type": "add" if i % 2 else "multiply", "won": won,
                             "reward": float(won), "family": family, "scale": scale,
                             "condition": f"{family}@{scale}", "probe_kl": 0.1 * rank})
+    return out
+
+
+def _interval_records():
+    """12 tasks × 2 samples; clean wins 3 of 4 samples and each condition loses some of them, unevenly over tasks,
+    so every success, change and retention interval has a width (a whisker, not only its caps)."""
+    out = []
+    grid = (("clean", [0.0]), ("noise", [0.1, 0.3]), ("prune", [0.5]), ("quant", ["int8", "int4"]))
+    for family, scales in grid:
+        for rank, scale in enumerate(scales):
+            for i in range(12):
+                for j in range(2):
+                    lost = (i * 6 + j * 4 + rank + len(family)) % (5 - rank) == 0  # a fixed, uneven pattern
+                    won = (i + j) % 4 != 0 and (family == "clean" or not lost)
+                    out.append({"index": i, "sample": j, "task_type": "add" if i % 2 else "multiply", "won": won,
+                                "reward": float(won), "family": family, "scale": scale,
+                                "condition": f"{family}@{scale}", "probe_kl": 0.1 * (rank + 1)})
     return out
 
 
@@ -59,9 +78,9 @@ def _eval_page(tmp_path: Path) -> Path:
     return write_eval_report(tmp_path / "eval", summarize_eval(records, {"label": "synthetic"}, {}))
 
 
-@pytest.mark.parametrize("report,expected", [("robustness", 5), ("eval", 2)])
+@pytest.mark.parametrize("report,expected", [("robustness", 6), ("eval", 2)])
 def test_report_images_decode_in_headless_chromium(tmp_path, report, expected):
-    # robustness: success × 3 families, retention, probe KL; eval: a pass@k curve per benchmark
+    # robustness: success × 3 families, change, retention, probe KL; eval: a pass@k curve per benchmark
     page = (write_robustness_report(tmp_path / "report", _records(), {"checkpoint": "synthetic"})
             if report == "robustness" else _eval_page(tmp_path))
     embedded = page.read_text().count("src='data:image/png;base64,")
@@ -88,6 +107,84 @@ def test_report_screenshot_is_not_blank(tmp_path):
     # come from a decoded image.
     green = (np.abs(pixels - np.array([0x33, 0xAA, 0x77]) / 255) < 12 / 255).all(-1).sum()
     assert non_white > 0.02 and green > 5000, (non_white, green)
+
+
+# After load: per image, the connected blobs (8-neighbour) of pixels in the interval colour (each channel within 12 of
+# 255), larger than 20 pixels: one whisker with its caps is one blob. And the text of the report's first table after
+# the plots (the condition table), row by row. Written into the DOM for --dump-dom.
+INTERVALS = """<script>
+window.addEventListener('load', () => {
+  const [r0, g0, b0] = [1, 3, 5].map(i => parseInt('COLOR'.substr(i, 2), 16));
+  const images = [...document.images].map(img => {
+    const c = document.createElement('canvas');
+    c.width = img.naturalWidth; c.height = img.naturalHeight;
+    const ctx = c.getContext('2d');
+    ctx.drawImage(img, 0, 0);
+    const d = ctx.getImageData(0, 0, c.width, c.height).data, w = c.width, h = c.height;
+    const hit = new Uint8Array(w * h);
+    for (let p = 0; p < w * h; p++)
+      hit[p] = Math.abs(d[4 * p] - r0) <= 12 && Math.abs(d[4 * p + 1] - g0) <= 12 && Math.abs(d[4 * p + 2] - b0) <= 12;
+    let blobs = 0;
+    for (let p = 0; p < w * h; p++) {
+      if (hit[p] !== 1) continue;
+      let size = 0; const stack = [p]; hit[p] = 2;
+      while (stack.length) {
+        const q = stack.pop(); size++;
+        const x = q % w, y = (q - x) / w;
+        for (let dy = -1; dy <= 1; dy++) for (let dx = -1; dx <= 1; dx++) {
+          const nx = x + dx, ny = y + dy, n = ny * w + nx;
+          if (nx >= 0 && ny >= 0 && nx < w && ny < h && hit[n] === 1) { hit[n] = 2; stack.push(n); }
+        }
+      }
+      if (size > 20) blobs++;
+    }
+    return {alt: img.alt, blobs: blobs};
+  });
+  const rows = [...document.querySelectorAll('table')[1].rows].map(r => [...r.cells].map(c => c.textContent));
+  const pre = document.createElement('pre');
+  pre.id = 'intervals';
+  pre.textContent = JSON.stringify({images: images, rows: rows});
+  document.body.appendChild(pre);
+});
+</script>""".replace("COLOR", INTERVAL_COLOR)
+
+
+def _shown(ci, scale=100.0, digits=1, signed=False):
+    """How the page writes an interval (to compare its cells with robustness.json)."""
+    number = (lambda v: f"{v * scale:+.{digits}f}") if signed else (lambda v: f"{v * scale:.{digits}f}")
+    return "—" if ci is None else f"[{number(ci[0])}, {'∞' if ci[1] is None else number(ci[1])}]"
+
+
+def test_robustness_report_shows_every_interval_in_headless_chromium(tmp_path):
+    page = write_robustness_report(tmp_path / "report", _interval_records())
+    saved = json.loads((tmp_path / "report" / "robustness.json").read_text())
+    checked = tmp_path / "checked.html"
+    checked.write_text(page.read_text().replace("</body>", INTERVALS + "</body>"))
+    dom = _chromium(tmp_path, "--dump-dom", checked.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r"<pre id=\"intervals\">(.*?)</pre>", dom.stdout, re.S)
+    assert found, dom.stdout[-1000:]
+    shown = json.loads(html.unescape(found.group(1)))
+    blobs = {img["alt"]: img["blobs"] for img in shown["images"]}
+    curves = saved["curves"]
+    # every point with an interval is drawn with one whisker, and nothing else is in that colour (probe KL: none)
+    # but the success plots' legend sample of a whisker
+    expected = {f"success_{f}": 1 + sum(ci is not None for ci in c["success_ci"]) for f, c in curves.items()}
+    expected |= {"change": sum(ci is not None for c in curves.values() for ci in c["change_ci"]),
+                 "retention": sum(ci is not None for c in curves.values() for ci in c["retention_ci"]),
+                 "probe_kl": 0}
+    assert expected["change"] == expected["retention"] == 5 and expected["success_noise"] == 1 + 3
+    assert blobs == expected, (blobs, expected)
+    # the condition table: every interval of robustness.json, as the page writes it
+    header, *rows = shown["rows"]
+    assert header[:9] == ["family", "scale", "episodes", "success %", "95% CI", "change vs clean, points",
+                          "95% CI (paired)", "retention", "95% CI"], header
+    assert len(rows) == len(saved["conditions"]) == 6
+    for cells, row in zip(rows, saved["conditions"], strict=True):
+        assert cells[4] == _shown(row["success_ci"]) and cells[6] == _shown(row["change_ci"], signed=True)
+        assert cells[8] == _shown(row["retention_ci"], scale=1.0, digits=2), (cells, row)
+        if row["family"] != "clean":
+            assert "—" not in (cells[4], cells[6], cells[8]), cells  # a perturbed condition shows all three
 
 
 # Installed first in <head>: records every console error, uncaught exception and failed resource load.

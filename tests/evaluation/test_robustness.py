@@ -191,8 +191,61 @@ def test_sweep_never_modifies_the_original(tiny_tokenizer):
 
 
 def _synthetic(family, scale, wins, types=("a", "b")):
-    return [{"index": i, "task_type": types[i % 2], "won": bool(w), "reward": float(w), "family": family,
-             "scale": scale, "condition": f"{family}@{scale}"} for i, w in enumerate(wins)]
+    return [{"index": i, "sample": 0, "task_type": types[i % 2], "won": bool(w), "reward": float(w),
+             "family": family, "scale": scale, "condition": f"{family}@{scale}"} for i, w in enumerate(wins)]
+
+
+def _paired(family, scale, wins_per_task):
+    """Records of one condition: task i played len(wins_per_task[i]) samples, won as listed."""
+    return [{"index": i, "sample": j, "task_type": "t", "won": bool(w), "reward": float(w), "family": family,
+             "scale": scale, "condition": f"{family}@{scale}"}
+            for i, wins in enumerate(wins_per_task) for j, w in enumerate(wins)]
+
+
+def test_paired_change_and_retention_intervals_on_hand_made_records(tmp_path):
+    from evaluation.reports.robustness_report import write_robustness_report
+
+    # 8 tasks × 2 samples. Clean wins tasks 0-3 twice and tasks 4-7 once (per task 1, 1, 1, 1, .5, .5, .5, .5);
+    # noise@0.1 loses one sample of every task, so every paired per-task change is −0.5 and every resample of
+    # tasks has mean change −0.5: the interval is the point, while clean's own success interval is wide.
+    clean = _paired("clean", 0.0, [[1, 1]] * 4 + [[1, 0]] * 4)
+    noise = _paired("noise", 0.1, [[0, 1]] * 4 + [[0, 0]] * 4)
+    table = condition_table(clean + noise)
+    assert table[0]["change"] == 0.0 and table[0]["change_ci"] is None and table[0]["retention_ci"] is None
+    assert table[1]["success"] == 0.25 and table[1]["change"] == -0.5 and table[1]["change_ci"] == [-0.5, -0.5]
+    assert table[0]["success_ci"][1] - table[0]["success_ci"][0] >= 0.25  # unpaired, the task mix shows
+
+    # Retention: clean wins tasks 0-3 twice and 4-7 never; quant@int4 wins tasks 0-3 once. Every task keeps half
+    # its clean success, so every resample's ratio is 0.5 (the ~1/256 of resamples with tasks 4-7 only have no
+    # clean success and sort to the ends, far from the 2.5% and 97.5% points).
+    clean = _paired("clean", 0.0, [[1, 1]] * 4 + [[0, 0]] * 4)
+    quant = _paired("quant", "int4", [[1, 0]] * 4 + [[0, 0]] * 4)
+    row = condition_table(clean + quant)[1]
+    assert row["retention"] == 0.5 and row["retention_ci"] == [0.5, 0.5] and row["change"] == -0.25
+    # pairs are (task, sample), not record positions: the condition's records reversed pair the same episodes
+    # (by position, clean's tasks 0-3 would meet quant's tasks 7-4 and the reverse: changes −1 and +0.5)
+    reversed_row = condition_table(clean + quant[::-1])[1]
+    assert [reversed_row[k] for k in ("change", "change_ci", "retention_ci")] == \
+        [row[k] for k in ("change", "change_ci", "retention_ci")]
+
+    # Two tasks, one sample: a resample is {0, 0}, {0, 1} or {1, 1} (1/4, 1/2, 1/4 of 1000), so both bounds are
+    # the extremes. prune@0.5 loses task 1: changes {0, −1} → [−1, 0]; retention {1, 0.5, 0} → [0, 1].
+    # prune@0.9 swaps which task is won: retention 0/1, 1/0 (no clean success: unbounded) or 1 → [0, None].
+    lost = condition_table(_paired("clean", 0.0, [[1], [1]]) + _paired("prune", 0.5, [[1], [0]]))[1]
+    assert lost["change_ci"] == [-1.0, 0.0] and lost["retention_ci"] == [0.0, 1.0]
+    write_robustness_report(tmp_path, _paired("clean", 0.0, [[1], [0]]) + _paired("prune", 0.9, [[0], [1]]))
+    saved = json.loads((tmp_path / "robustness.json").read_text())  # what the report keeps carries them
+    swapped = saved["conditions"][1]
+    assert swapped["retention"] == 1.0 and swapped["retention_ci"] == [0.0, None]
+    assert saved["curves"]["prune"]["retention_ci"] == [None, [0.0, None]]
+    assert saved["curves"]["prune"]["change_ci"] == [None, [-1.0, 1.0]]
+
+    with pytest.raises(ValueError, match=r"noise@0.1 did not play the clean run's episodes \(missing \(task, "
+                                         r"sample\) \[\(7, 1\)\]"):
+        condition_table(_paired("clean", 0.0, [[1, 1]] * 8) + noise[:-1])
+    with pytest.raises(ValueError, match="has no 'sample' field"):
+        condition_table(_paired("clean", 0.0, [[1]]) +
+                        [{k: v for k, v in r.items() if k != "sample"} for r in _paired("noise", 0.1, [[1]])])
 
 
 def test_reductions_worked_example():
@@ -256,7 +309,17 @@ def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
     settings = EvalSettings(env=EnvConfig(difficulty=0, max_turns=5),
                             limits=RolloutLimits(24, 48, 32, mask_void_turns=False),
                             samples_per_task=1, greedy=True, temperature=1.0, top_p=1.0, top_k=0, seed=0, num_envs=16)
-    page = run_robustness(solver_dir, settings, ["noise", "prune", "quant"], scales, tmp_path, num_tasks=4)
+    lines = []
+    page = run_robustness(solver_dir, settings, ["noise", "prune", "quant"], scales, tmp_path, num_tasks=4,
+                          progress=lines.append)
+    # a line naming the sweep, then one per condition as it finishes, in order, with its success
+    assert lines[0] == f"robustness of {solver_dir}: 7 conditions (clean first), each on the same 4 tasks × 1 sample"
+    order = ["clean@0.0", "noise@0.0", "noise@4.0", "prune@0.0", "prune@0.95", "quant@int8", "quant@int2"]
+    done = [re.fullmatch(r"\[(\d)/7\] (\S+): success ([\d.]+)% of 4 episodes(, [-+][\d.]+ points vs clean)?"
+                         r"(, probe KL \S+)?, \d+ s", line) for line in lines[1:]]
+    assert all(done) and [(int(m[1]), m[2]) for m in done] == list(enumerate(order, 1)), lines
+    assert done[0][4] is None and done[0][5] is None, lines[1]  # clean: no change against itself, no KL
+    assert all(m[4] and m[5] for m in done[1:]), lines
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     assert len(records) == 7 * 4 and {r["task_id"] for r in records} == {f"tir/test/{i}" for i in range(4)}
     by_cond = {}
@@ -271,12 +334,17 @@ def test_sweep_over_real_tir_episodes_writes_report(solver_dir, tmp_path):
     assert success["clean@0.0"] == 1.0 and success["quant@int8"] == 1.0
     assert success["noise@4.0"] < 1.0 and success["prune@0.95"] < 1.0
     assert summary["curves"]["noise"]["retention"][0] == 1.0
+    for m, row in zip(done, summary["conditions"], strict=True):  # the progress lines give the report's figures
+        assert float(m[3]) == pytest.approx(100 * row["success"], abs=0.05)
+    by_name = {c["condition"]: c for c in summary["conditions"]}
+    # scale 0 replays clean: no change in any resample; int8 keeps the solver's answers too
+    assert by_name["noise@0.0"]["change_ci"] == [0.0, 0.0] and by_name["quant@int8"]["retention_ci"] == [1.0, 1.0]
     html = page.read_text()
     images = re.findall(r"src='data:image/png;base64,([^']+)'", html)
-    assert len(images) == 5  # success × 3 families, retention, probe KL
+    assert len(images) == 6  # success × 3 families, change, retention, probe KL
     assert all(base64.b64decode(img).startswith(b"\x89PNG\r\n\x1a\n") for img in images)
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
-        "probe_kl.png", "retention.png", "success_noise.png", "success_prune.png", "success_quant.png"]
+        "change.png", "probe_kl.png", "retention.png", "success_noise.png", "success_prune.png", "success_quant.png"]
     before = copy.deepcopy(summary)
     from evaluation.reports.robustness_report import write_robustness_report
 

@@ -63,6 +63,20 @@ def test_robustness_clean_condition_reproduces_the_runs_own_held_out_records(tra
     assert meta["run's own held-out success on these tasks"] == pytest.approx(success)
     summary = json.loads((out / "robustness.json").read_text())
     assert summary["clean_success"] == pytest.approx(success)
+    # what the terminal shows: a line per condition as it finishes, then the table with every interval
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"robustness of {checkpoint}: 2 conditions (clean first), each on the same 8 tasks × 2 samples"
+    assert printed[1].startswith(f"[1/2] clean@0.0: success {100 * success:.1f}% of 16 episodes, ")
+    noise = summary["conditions"][1]
+    assert printed[2].startswith(f"[2/2] noise@0.5: success {100 * noise['success']:.1f}% of 16 episodes, "
+                                 f"{100 * noise['change']:+.1f} points vs clean, probe KL ")
+    table = printed[printed.index("") + 1:]
+    assert table[0].split("  ")[0] == "condition" and table[-1] == f"report: {out / 'robustness.html'}"
+    lo, hi = noise["change_ci"]
+    assert table[2].split()[:5] == ["noise@0.5", f"{100 * noise['success']:.1f}",
+                                    f"[{100 * noise['success_ci'][0]:.1f},", f"{100 * noise['success_ci'][1]:.1f}]",
+                                    f"{100 * noise['change']:+.1f}"]
+    assert f"[{100 * lo:+.1f}, {100 * hi:+.1f}]" in table[2] and table[1].startswith("clean@0.0 ")
 
 
 def test_options_and_overrides_change_the_run_config(trained_run, tmp_path):
