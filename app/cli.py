@@ -35,10 +35,15 @@ EPILOG = f"""overrides: dotted key=value pairs after the options, e.g.
 {CONFIG_ORDER}
 Show every key with its default and meaning: alprl train --help-config
 
+A step whose share of episodes the infrastructure failed (sandbox, engine, harness, timeout, context) is over
+rollout.max_infra_frac prints one warning line naming the kinds and counts.
+
 exit status: 0 done; 2 a bad config key or value, a missing file or server, an env.sandbox_url that does not answer
 /v1/ping or refuses SANDBOX_API_KEY (checked before anything starts), a full disk while saving a checkpoint, or
-(--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died; 4 the sandbox failed tool calls in env.sandbox_max_failing_steps consecutive steps (the
-last step's checkpoint is kept: --resume once it answers); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+(--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died;
+4 the infrastructure failed over rollout.max_infra_frac of the episodes in rollout.infra_patience consecutive steps
+(the last step's checkpoint is kept: --resume once the service is back); 128+N stopped by signal N (130 Ctrl-C,
+143 SIGTERM).
 SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
 ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
 EXIT_ENGINE_DIED = 3
@@ -259,7 +264,7 @@ def run_config_command(args: argparse.Namespace) -> int:
     from envs.adapters import AdapterUnavailable
     from sandbox.client import SandboxAuthError
     from trainer.runtime.checkpoint import DiskFullError
-    from trainer.runtime.outage import EXIT_SANDBOX_DOWN, SandboxOutage
+    from trainer.runtime.outage import EXIT_INFRA_OUTAGE, InfraOutage
 
     try:
         return run_command(args, cfg)
@@ -272,9 +277,9 @@ def run_config_command(args: argparse.Namespace) -> int:
     except EngineDied as exc:  # its message names the process and exit code; a traceback would add nothing
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_ENGINE_DIED
-    except SandboxOutage as exc:  # one line: the URL(s), the step whose checkpoint is kept, what to do
+    except InfraOutage as exc:  # one line: what failed, the step whose checkpoint is kept, what to do
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_SANDBOX_DOWN
+        return EXIT_INFRA_OUTAGE
 
 
 def checked_config(args: argparse.Namespace) -> tuple[TrainConfig, list[str], MemoryPlan | None]:
