@@ -35,10 +35,15 @@ EPILOG = f"""overrides: dotted key=value pairs after the options, e.g.
 {CONFIG_ORDER}
 Show every key with its default and meaning: alprl train --help-config
 
-exit status: 0 done; 2 a bad config key or value, a missing file or server, a full disk while saving a
-checkpoint, or (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference
-engine's process died; 4 the sandbox failed tool calls in env.sandbox_max_failing_steps consecutive steps (the
-last step's checkpoint is kept: --resume once it answers); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+A step whose share of episodes the infrastructure failed (sandbox, engine, harness, timeout, context) is over
+rollout.max_infra_frac prints one warning line naming the kinds and counts.
+
+exit status: 0 done; 2 a bad config key or value, a missing file or server, an env.sandbox_url that does not answer
+/v1/ping or refuses SANDBOX_API_KEY (checked before anything starts), a full disk while saving a checkpoint, or
+(--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died;
+4 the infrastructure failed over rollout.max_infra_frac of the episodes in rollout.infra_patience consecutive steps
+(the last step's checkpoint is kept: --resume once the service is back); 128+N stopped by signal N (130 Ctrl-C,
+143 SIGTERM).
 SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
 ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
 EXIT_ENGINE_DIED = 3
@@ -123,7 +128,8 @@ def robustness_settings(args: argparse.Namespace):
 
     from agents.env_families import env_entry
     from trainer.config.run_config import RUN_CONFIG_FILE
-    from trainer.setup.saved_config import eval_settings, load_run_config, run_code_where_the_sandbox_answers
+    from trainer.setup.sandbox_check import evaluation_sandbox, states_sandbox_url
+    from trainer.setup.saved_config import eval_settings, load_run_config
 
     run_cfg = None if args.no_run_config else load_run_config(args.checkpoint)
     if args.env and (run_cfg is None or env_entry(args.env).env_id != run_cfg.env.id):
@@ -133,8 +139,8 @@ def robustness_settings(args: argparse.Namespace):
         cfg = load_run_config(args.checkpoint, args.overrides) if run_cfg is not None else \
             build_config(None, args.overrides)
     path = Path(args.checkpoint) / RUN_CONFIG_FILE
-    warning = run_code_where_the_sandbox_answers(cfg)
-    if warning:
+    warning = evaluation_sandbox(cfg, stated=run_cfg is None or states_sandbox_url(args.overrides))
+    if warning:  # the run's own service, gone: code runs in-process
         print(f"alprl robustness: warning: {warning}", file=sys.stderr)
     settings = eval_settings(cfg)
     greedy = settings.greedy if run_cfg is not None else True
@@ -262,7 +268,7 @@ def run_config_command(args: argparse.Namespace) -> int:
     from envs.adapters import AdapterUnavailable
     from sandbox.client import SandboxAuthError
     from trainer.runtime.checkpoint import DiskFullError
-    from trainer.runtime.outage import EXIT_SANDBOX_DOWN, SandboxOutage
+    from trainer.runtime.outage import EXIT_INFRA_OUTAGE, InfraOutage
 
     try:
         return run_command(args, cfg)
@@ -275,14 +281,15 @@ def run_config_command(args: argparse.Namespace) -> int:
     except EngineDied as exc:  # its message names the process and exit code; a traceback would add nothing
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_ENGINE_DIED
-    except SandboxOutage as exc:  # one line: the URL(s), the step whose checkpoint is kept, what to do
+    except InfraOutage as exc:  # one line: what failed, the step whose checkpoint is kept, what to do
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_SANDBOX_DOWN
+        return EXIT_INFRA_OUTAGE
 
 
 def checked_config(args: argparse.Namespace) -> tuple[TrainConfig, list[str], MemoryPlan | None]:
     """The command's config, its shape and host-memory warnings, and (train --dry-run) its memory plan; a
-    ConfigError for anything the run would refuse, so --dry-run refuses it too."""
+    ConfigError for anything the run would refuse, so --dry-run refuses it too (all but a sandbox that does not
+    answer: a dry run reaches no service)."""
     cfg = build_config(args.config, args.overrides)
     for note in preset_notes(args.config, args.overrides):  # where the recipe's keys win over `algorithm=`
         print(f"alprl {args.command}: note: {note}", file=sys.stderr)
@@ -297,6 +304,10 @@ def checked_config(args: argparse.Namespace) -> tuple[TrainConfig, list[str], Me
         from trainer.sft.train import check_sft_config
 
         check_sft_config(cfg)
+    if args.command in ("train", "demo") and not args.dry_run:  # a dry run stays offline
+        from trainer.setup.sandbox_check import check_run_sandbox
+
+        check_run_sandbox(cfg)  # a sandbox that is not there: one line before any model loads or file is written
     plan = None
     if args.dry_run and args.command == "train":  # the shape is read before anything is printed
         from trainer.runtime.memory_plan import plan_memory

@@ -35,7 +35,10 @@ evaluated it: env section (style, max_turns, sandbox, ...) when the mode is the 
 (rollout.temperature, eval_greedy, rollout.top_p, rollout.top_k), seed and episodes per engine call. A plain Hugging Face model
 directory gets the config defaults with a budget of 4096 response tokens and 4096 per turn. In single mode, unless
 the run played single-turn math, the one turn may use the whole response budget. Options, then key=value overrides
-(run config keys, e.g. rollout.max_model_len=8192 env.max_turns=5), change them."""
+(run config keys, e.g. rollout.max_model_len=8192 env.max_turns=5), change them. The sandbox is checked before the
+model loads: the run's own service (its env.sandbox_url) that no longer answers leaves code to run in-process, with
+a warning; an env.sandbox_url given as key=value that does not answer, or a service that refuses SANDBOX_API_KEY,
+is one error line (exit 2)."""
 
 EPILOG = """output: --out, default <model>/eval/<mode>-<hash of the settings>: settings.json, records.jsonl (one line
 per benchmark, problem and sample), summary.json, report.html, plots/. An interrupted evaluation rerun with the same
@@ -46,7 +49,7 @@ A gold answer math-verify cannot grade (unbalanced braces, nesting or an exponen
 characters) does not end the run: its row is graded as a string and named after the table and in summary.json.
 
 exit status: 0 done; 2 a bad option, override, model directory or benchmark file (one line naming file, row and
-field), or an --out holding other settings; 3 the inference engine's process died; 128+N stopped by signal N."""
+field), an --out holding other settings, or a sandbox that does not answer or refuses the key; 3 the inference engine's process died; 128+N stopped by signal N."""
 
 
 def add_eval_parser(sub) -> None:

@@ -52,12 +52,8 @@ from trainer.config.run_config import RUN_CONFIG_FILE
 from trainer.config.train_config import EnvConfig, TrainConfig, parse_overrides
 from trainer.runtime.model_shape import shape_from_config_json
 from trainer.setup.build import build_config
-from trainer.setup.saved_config import (
-    DATASET_KEYS,
-    eval_settings,
-    load_run_config,
-    run_code_where_the_sandbox_answers,
-)
+from trainer.setup.sandbox_check import evaluation_sandbox, states_sandbox_url
+from trainer.setup.saved_config import DATASET_KEYS, eval_settings, load_run_config
 from trainer.setup.validation import validate_config
 
 MODE_ENVS = {"single": "alprl/Math-v0", "tir": "alprl/TIRMath-v0"}
@@ -270,8 +266,8 @@ def plan_eval(args: argparse.Namespace) -> EvalPlan:
     model = resolve_local(args.model)
     benches = parse_benches(args.bench)
     cfg, run_cfg = base_config(args, model)
-    warning = run_code_where_the_sandbox_answers(cfg)
-    if warning:
+    warning = evaluation_sandbox(cfg, stated=run_cfg is None or states_sandbox_url(args.overrides))
+    if warning:  # the run's own service, gone: code runs in-process
         print(f"alprl eval: warning: {warning}", file=sys.stderr)
     mode = args.mode or default_mode(run_cfg)
     benchmarks = [make_benchmark(cfg, run_cfg, args, name, path, mode) for name, path in benches]

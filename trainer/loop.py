@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,7 @@ from trainer.runtime.async_rollouts import AsyncRollouts, start_async
 from trainer.runtime.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
 from trainer.runtime.distributed import DistContext, close_distributed, init_distributed, rank_share
 from trainer.runtime.logger import MetricLogger, require_logger_packages
-from trainer.runtime.outage import OutageWatch, SandboxOutage
+from trainer.runtime.outage import InfraOutage, OutageWatch
 from trainer.runtime.progress import progress_bar
 from trainer.runtime.run_meta import start_run_meta
 from trainer.setup.saved_config import eval_settings
@@ -399,7 +400,7 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                           use_trackio=cfg.logging.trackio, project=cfg.logging.project,
                           config=to_dict(cfg) | {"run_meta": run_meta}) if main else None
     results, rollouts = [], None
-    watch = OutageWatch(cfg.env.sandbox_max_failing_steps, cfg.env.sandbox_url)
+    watch = OutageWatch(cfg.rollout.max_infra_frac, cfg.rollout.infra_patience, cfg.env.sandbox_url, cfg.env.harness)
     try:
         if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
             at_start = evaluate(c, cfg, 0)
@@ -414,19 +415,22 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                         rollouts.drain()
                     result.metrics |= evaluate(c, cfg, step)
                 result.metrics = ctx.mean_metrics(result.metrics)  # over ranks (the loss and grad norm are global)
+                outage = watch.after_step(step, result.metrics)  # the same on every rank: metrics are the mean
+                result.metrics |= outage.metrics  # rollout/infra_over_bound: the run report lists the step
+                if outage.warning and main:
+                    print(f"alprl: warning: {outage.warning}", file=sys.stderr)
                 if logger:
                     logger.log(step, result.metrics)
                     if on_eval_schedule(cfg, step) and logger.keeps_episodes:  # a few episodes as text (Trackio)
                         logger.log_episodes(step, EPISODE_COLUMNS, episode_table(result.trajectories, c.tokenizer))
                 result.trajectories = []  # `results` keeps every step's metrics, not its batch
                 results.append(result)
-                outage = watch.after_step(step, result.metrics)  # the same on every rank: metrics are the mean
-                if step % cfg.save_every == 0 or step == cfg.steps or outage:
+                if step % cfg.save_every == 0 or step == cfg.steps or outage.stop:
                     save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer,
                                     extra=extra_state(c, algos, rollouts), run_config=cfg, run_meta=run_meta, ctx=ctx)
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
-                if outage:  # trainer/runtime/outage.py: the sandbox kept failing; --resume continues from this step
-                    raise SandboxOutage(outage)
+                if outage.stop:  # trainer/runtime/outage.py: the infrastructure kept failing; --resume goes on here
+                    raise InfraOutage(outage.stop)
     finally:
         if rollouts is not None:  # before the engine closes
             rollouts.close()

@@ -60,6 +60,7 @@ from trainer.runtime.checkpoint import latest_checkpoint
 from trainer.runtime.progress import progress_bar
 from trainer.runtime.run_meta import read_run_meta
 from trainer.setup.build import build_config, preset_overrides
+from trainer.setup.sandbox_check import check_run_sandbox
 
 
 def add_experiment_parser(sub) -> None:
@@ -72,7 +73,8 @@ def add_experiment_parser(sub) -> None:
         "(mean held-out success with 95% bootstrap intervals, paired differences against the baseline, overlaid "
         "figures, a summary in words). A rerun skips the cells already finished and resumes half-done ones. A "
         "cell that fails does not stop the others: its traceback goes to <out>/errors/<cell>.txt and the command "
-        "ends naming it (exit 1).",
+        "ends naming it (exit 1). A sandbox (env.sandbox_url) that does not answer is one error line before "
+        "anything starts (exit 2).",
         epilog=f"suites:\n{suites}\n\nscales:\n{scales}\n\n"
         "overrides: key=value for every cell, e.g. rollout.dtype=float32 (not the keys the suite varies)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -410,10 +412,12 @@ def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, re
 
 
 def run_experiment_command(args: argparse.Namespace) -> int:
-    """`alprl experiment`: exit 2 with one line for a bad suite, scale, seed list, override or missing file."""
+    """`alprl experiment`: exit 2 with one line for a bad suite, scale, seed list, override or missing file, or a
+    sandbox (`env.sandbox_url`) that does not answer or refuses the key."""
     try:
         plan = build_plan(args)
         cfg = build_config(plan.config, plan.common)
+        check_run_sandbox(cfg)  # a sandbox that is not there: one line before the plan is written
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # per-cell "Loading weights" bars would drown the bar over cells

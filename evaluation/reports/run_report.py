@@ -1,6 +1,7 @@
 """Run report: `report.html` with matplotlib PNG plots embedded (base64), for one run or several overlaid.
 
-Reads `<run>/metrics.jsonl` (one record per step; step 0 holds the pre-RL evaluation), an optional
+Reads `<run>/metrics.jsonl` (one record per step; step 0 holds the pre-RL evaluation; the steps the infrastructure
+failed over `rollout.max_infra_frac` carry `rollout/infra_over_bound` and are listed in their own section), an optional
 `<run>/summary.json`, the per-episode evaluation records `<run>/eval/step_<N>.jsonl` (each later evaluation is
 compared with the first on the same tasks, `paired_difference`) and the scatter samples under `<run>/diagnostics/`.
 The diagnostic figures live in `evaluation/reports/run_figures.py`; a figure the run(s) have no data for is left out with
@@ -140,6 +141,44 @@ def _figure_html(fig: Figure) -> str:
     return _image(fig.title, fig.image) + note
 
 
+INFRA_FRAC, OVER_BOUND = "rollout/infra_frac", "rollout/infra_over_bound"
+"""The share of a step's episodes the infrastructure failed, and the mark of a step over `rollout.max_infra_frac`
+(trainer/runtime/outage.py)."""
+
+
+def _infra_kinds(record: dict[str, Any]) -> str:
+    prefix = "rollout/infra_failures/"
+    return ", ".join(f"{k.removeprefix(prefix)} {v:g}" for k, v in record.items() if k.startswith(prefix) and v)
+
+
+def _infra_html(run: RunData, several: bool) -> str:
+    """The steps whose episodes the infrastructure failed: their share per step, the steps over the bound marked
+    in red and listed with their reasons; empty for a run the infrastructure never failed."""
+    steps, shares = series(run.records, INFRA_FRAC)
+    if not any(shares):
+        return ""
+    marked = [r for r in run.records if r.get(OVER_BOUND)]
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    ax.bar(steps, shares, color="#999999", label="share of the step's episodes")
+    if marked:
+        ax.bar([r["step"] for r in marked], [r[INFRA_FRAC] for r in marked], color="#c0392b",
+               label="over rollout.max_infra_frac")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("share failed")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    title = "Infrastructure failures" + (f": {run.label}" if several else "")
+    rows = "".join(f"<tr><td>{r['step']}</td><td>{r[INFRA_FRAC]:.0%}</td><td>{html.escape(_infra_kinds(r))}</td>"
+                   "</tr>" for r in marked)
+    table = (f"<p>Steps over rollout.max_infra_frac: {', '.join(str(r['step']) for r in marked)} (each warned of "
+             "during the run; rollout.infra_patience of them in a row stop it).</p><table><tr><th>step</th>"
+             f"<th>share failed</th><th>episodes by reason</th></tr>{rows}</table>") if marked else \
+        "<p>No step was over rollout.max_infra_frac.</p>"
+    return (_image(title, png(fig)) + "<p>Episodes the infrastructure failed (a sandbox, engine or harness error, "
+            "the rollout's timeout, a context the policy did not fill) train on none of their tokens.</p>" + table)
+
+
 def _summary_html(run: RunData, several: bool) -> str:
     summary_path = run.path / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
@@ -160,6 +199,7 @@ def write_report(run_dirs: str | Path | list[str | Path], title: str = "alprl ru
     parts = [f"<h1>{html.escape(title)}</h1>", f"<p>run director{'ies' if several else 'y'}: {dirs}</p>"]
     parts += [_summary_html(run, several) for run in runs]
     parts += [_changes_table(run.path, run.label if several else "") for run in runs]
+    parts += [_infra_html(run, several) for run in runs]
     parts += [_figure_html(make(runs)) for make in FIGURES]
     for keys, plot_title, ylabel in PLOTS:
         image = plot_lines(runs, keys, plot_title, ylabel)

@@ -28,7 +28,7 @@ def _env_key() -> str:
     return next((k.strip() for k in os.environ.get("SANDBOX_API_KEY", "").split(",") if k.strip()), "")
 
 
-def _shown(base: str) -> str:
+def shown_url(base: str) -> str:
     """The URL without any user:password part, for messages."""
     scheme, sep, rest = base.partition("://")
     return scheme + sep + rest.rpartition("@")[2]
@@ -83,7 +83,7 @@ class _Base:
         if resp.status_code == 401:
             sent = self.api_key or "@" in base  # httpx sends a URL's user:password as Basic auth
             what = "rejected the API key it was sent" if sent else "needs an API key and none was sent"
-            raise SandboxAuthError(f"sandbox {_shown(base)} {what} (HTTP 401): set SANDBOX_API_KEY in this "
+            raise SandboxAuthError(f"sandbox {shown_url(base)} {what} (HTTP 401): set SANDBOX_API_KEY in this "
                                    "process's environment to the server's key (or pass api_key=...)")
         if resp.status_code in RETRY_STATUSES and (idempotent or resp.status_code == 429):
             return True, f"{base}: HTTP {resp.status_code}", resp.headers.get("retry-after")

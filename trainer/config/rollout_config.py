@@ -60,6 +60,16 @@ class RolloutConfig:
     (sample the task again, up to the group's size, then exclude what still fails) | zero (keep them as reward 0
     in their group, as most trainers do: a fake zero that shifts every other member's advantage). Counted per step
     in rollout/infra_excluded."""
+    max_infra_frac: float = 0.5
+    """The share of a step's episodes the infrastructure may fail (`rollout/infra_frac`: the sandbox, the engine,
+    the harness, the timeout, a context the policy did not fill) before the step is an outage: one warning line
+    naming the kinds and counts, `rollout/infra_over_bound` = 1 in its metrics (the run report marks it), and one
+    step toward rollout.infra_patience. Past half, the update rests on fewer episodes than were lost.
+    0: any infrastructure failure counts; 1: none does (trainer/runtime/outage.py)."""
+    infra_patience: int = 3
+    """Stop the run after this many consecutive steps over rollout.max_infra_frac: the last step's checkpoint is
+    saved and `alprl train` exits with status 4, so `--resume` continues once the service is back. One bad step
+    is a restart or a slow moment; three in a row is an outage. 0: never stop (the warnings still print)."""
     env_concurrency: int = 8
     """Threads stepping envs at once: bounds the concurrent requests toward the sandbox."""
     prompts_per_step: int = 16

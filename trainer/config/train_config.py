@@ -119,9 +119,6 @@ class EnvConfig:
     """With sandbox_url: seconds one tool call keeps retrying infrastructure errors (connection refused or reset,
     the service's own timeouts, HTTP 5xx, 429) across the URLs, with jittered backoff of at most 2 s, before it
     comes back SandboxError and its episode is left out of the loss (docs/sandbox.md). 0: one try."""
-    sandbox_max_failing_steps: int = 3
-    """Stop the run (exit status 4, a checkpoint of the last step kept) after this many consecutive steps with an
-    episode whose tool call came back SandboxError (rollout/sandbox_errors > 0). 0: never stop."""
     run_timeout_s: float = RUN_TIMEOUT_S
     """Wall-clock limit per code execution (the default is the sandbox's, sandbox/settings.py)."""
     mask_void_turns: bool = True
@@ -327,8 +324,11 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     return value
 
 
-MOVED_KEYS = {"wandb": "logging.wandb"}
-"""Keys that moved to another section: refused with their new name (a silent alias would keep two spellings)."""
+MOVED_KEYS = {"wandb": "logging.wandb", "env.sandbox_max_failing_steps": "rollout.infra_patience"}
+"""Keys that moved to another section: refused with their new name (a silent alias would keep two spellings); a run
+config alprl saved before the move reads with the key where it now lives (trainer/setup/saved_config.py).
+`env.sandbox_max_failing_steps` counted steps with any sandbox error; `rollout.infra_patience` counts steps over
+`rollout.max_infra_frac` of any infrastructure failure, one mechanism for the sandbox and the rest."""
 
 
 def apply_layer(obj: Any, overrides: dict[str, Any], prefix: str = "") -> None:

@@ -16,7 +16,8 @@ and out of the loss, under every policy. What differs is their place in their gr
 
 `advantage_members` is the one place that decides who counts; every consumer (the advantage stage in
 trainer/loop.py, GiGPO, QUATRO, DAPO's filter) asks it, so they cannot disagree. Counted per step:
-`rollout/infra_failures/<reason>` (marked episodes, any policy), `rollout/infra_excluded` (of them, those left out
+`rollout/infra_failures/<reason>` (marked episodes, any policy), `rollout/infra_frac` (their share of the step's
+episodes, which `rollout.max_infra_frac` bounds), `rollout/infra_excluded` (of them, those left out
 of their group's statistics), `rollout/infra_excluded_groups` (groups left without a baseline),
 `rollout/infra_resampled` (episodes played again). A step whose every episode failed on the engine raises: that
 is the engine, not a request.
@@ -41,7 +42,7 @@ from trainer.config.rollout_config import INFRA_FAILURE_POLICIES
 RESAMPLE_ROUNDS = 2
 """Tries `resample` gives a failed episode after the first: a persistent outage costs at most this many more
 rollout calls of the failed episodes (each bounded by the sandbox client's `env.sandbox_retry_s`) before the
-episodes are excluded and `env.sandbox_max_failing_steps` takes over."""
+episodes are excluded and `rollout.infra_patience` takes over."""
 
 Run = Callable[[list[EpisodeSpec], int], list[Trajectory]]  # (specs, sampling seed) → trajectories, in order
 
@@ -91,6 +92,7 @@ def settle_infra_failures(trajs: list[Trajectory], policy: str) -> dict[str, flo
     empty_groups = {t.group_id for t in trajs} - {t.group_id for t, m in zip(trajs, members, strict=True) if m}
     reasons = Counter(t.infra_failure for t in trajs if t.infra_failure is not None)
     metrics = {f"rollout/infra_failures/{r}": float(reasons[r]) for r in INFRA_FAILURE_REASONS}
+    metrics["rollout/infra_frac"] = sum(reasons.values()) / len(trajs) if trajs else 0.0  # trainer/runtime/outage.py
     metrics["rollout/infra_excluded"] = float(sum(reasons.values())) if policy != "zero" else 0.0
     metrics["rollout/infra_excluded_groups"] = float(len(empty_groups))
     metrics["rollout/infra_resampled"] = float(sum(t.info.get("resampled", 0) for t in trajs))

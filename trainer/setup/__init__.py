@@ -1,1 +1,1 @@
-"""Assembling and checking a run's config: the layering (defaults <- preset <- recipe <- command line), the validation against the registries that consume each value, and the config saved with a model read back for evaluation."""
+"""Assembling and checking a run's config: the layering (defaults <- preset <- recipe <- command line), the validation against the registries that consume each value, the config saved with a model read back for evaluation, and whether the run's sandbox service answers."""

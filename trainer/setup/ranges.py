@@ -38,7 +38,6 @@ RANGES: tuple[Check, ...] = (
     ("env.difficulty", f"0 (all) or one of {DIFFICULTIES}", lambda v: v == 0 or v in DIFFICULTIES),
     ("env.run_timeout_s", "> 0", lambda v: v > 0),
     ("env.sandbox_retry_s", ">= 0 (0: one try)", lambda v: v >= 0),  # sandbox.client.retry.RetryPolicy.budget_s
-    ("env.sandbox_max_failing_steps", ">= 0 (0: never stop)", lambda v: v >= 0),  # trainer/loop.py
     ("env.expert_epsilon", "a probability in [0, 1]", lambda v: 0 <= v <= 1),
     ("env.expert_wrong_option_p", "a probability in [0, 1]", lambda v: 0 <= v <= 1),
     ("env.num_products", ">= 1", lambda v: v >= 1),
@@ -52,6 +51,8 @@ RANGES: tuple[Check, ...] = (
     ("rollout.max_response_tokens", ">= 1", lambda v: v >= 1),
     ("rollout.max_obs_tokens", ">= 1", lambda v: v >= 1),
     ("rollout.episode_timeout_s", ">= 0 (0: none)", lambda v: v >= 0),
+    ("rollout.max_infra_frac", "a share in [0, 1] (1: never an outage)", lambda v: 0 <= v <= 1),
+    ("rollout.infra_patience", ">= 0 (0: never stop)", lambda v: v >= 0),  # trainer/runtime/outage.py
     ("rollout.env_concurrency", ">= 1", lambda v: v >= 1),
     ("rollout.prompts_per_step", ">= 1", lambda v: v >= 1),
     # every advantage (GRPO, Dr.GRPO, RLOO) and MIPU's validation centre rewards on the group:

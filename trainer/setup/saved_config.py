@@ -93,25 +93,3 @@ def run_eval_on_tasks(checkpoint: str | Path, num_tasks: int) -> dict[str, objec
         return {}
     return {"run's own held-out success on these tasks": round(statistics.fmean(wins), 4),
             "run's held-out records": str(records_path)}
-
-
-def run_code_where_the_sandbox_answers(cfg: TrainConfig) -> str | None:
-    """A run's sandbox service may be gone when its checkpoint is evaluated (`alprl demo` starts one for the run
-    alone): if `env.sandbox_url` does not answer a ping, code runs in-process instead
-    (`sandbox.execution.in_process.LocalExecutor`, the same executor core the service runs), so a gone service does not turn
-    every tool call into an error and the success into 0. Changes `cfg.env.sandbox_url` in place; returns the
-    warning to show, or None."""
-    url = cfg.env.sandbox_url
-    if not url:
-        return None
-    from sandbox.client import SandboxClient
-
-    client = SandboxClient(url)
-    try:
-        if client.ping():
-            return None
-    finally:
-        client.close()
-    cfg.env.sandbox_url = ""
-    return (f"the run's sandbox service {url} does not answer: code runs in-process (the same executor); start the "
-            "service or pass env.sandbox_url=<url> to use one")

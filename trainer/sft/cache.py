@@ -15,8 +15,7 @@ from trainer.config.train_config import TrainConfig
 from trainer.sft.base import base_identity
 
 META_FILE = "sft_meta.json"
-RL_ONLY_ENV_KEYS = ("sandbox_url", "sandbox_retry_s", "sandbox_max_failing_steps", "run_timeout_s", "mask_void_turns",
-                    "action_projection",
+RL_ONLY_ENV_KEYS = ("sandbox_url", "sandbox_retry_s", "run_timeout_s", "mask_void_turns", "action_projection",
                     "projection_min_similarity", "invalid_action_penalty",  # the expert's data does not depend on them
                     # the expert plays generated train tasks only (`alprl sft` refuses env.dataset), so a warm start
                     # serves RL on any dataset file
