@@ -21,7 +21,7 @@ import gymnasium as gym
 from agents.household_agent import command_turn
 from envs.household import expert_action as household_expert
 from envs.splits import derive_seed, sft_index
-from envs.tir.expert import expert_turns, single_turn_reply
+from envs.tir.expert import expert_turns, single_turn_reply, with_thinking
 from envs.tir.tasks import generate_task
 from envs.webshop import expert_action as webshop_expert
 
@@ -60,6 +60,8 @@ def play_tir_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
                          task_types=cfg.env.task_types or None)
     turns = expert_turns(task, cfg.env.style, rng=expert_rng(cfg, index), p_skip_tool=cfg.sft.p_skip_tool,
                          p_wrong_copy=cfg.sft.p_wrong_copy, varied_phrasing=cfg.sft.varied_phrasing)
+    if cfg.sft.expert_thinking:
+        turns = with_thinking(turns)
     observations, reward = [], 0.0
     for turn in turns:
         obs, reward, terminated, truncated, _ = env.step(turn)

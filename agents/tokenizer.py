@@ -63,6 +63,19 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
 
+# The same ChatML, but an assistant message's `<think>` block shows only while it is the last message: earlier turns
+# lose their thinking, as QwQ's and DeepSeek-R1's templates drop it (a reply's thinking is the text up to its first
+# "</think>"; the rest, its leading newlines stripped, is the content). `model.chat_template=chatml_drop_thinking`.
+DROP_THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{%- generation -%}{{ message['content'] ~ '<|im_end|>' }}{%- endgeneration -%}",
+    "{%- set content = message['content'] -%}"
+    "{%- if not loop.last and '</think>' in content -%}"
+    "{%- set content = content.split('</think>', 1)[1].lstrip('\\n') -%}"
+    "{%- endif -%}"
+    "{%- generation -%}{{ content ~ '<|im_end|>' }}{%- endgeneration -%}")
+CHAT_TEMPLATES = {"chatml": CHAT_TEMPLATE, "chatml_drop_thinking": DROP_THINKING_CHAT_TEMPLATE}
+"""The tiny tokenizer's chat templates by name (`model.chat_template`)."""
+
 # Fragments every alprl transcript is made of (code, tool results, answers, math words, role names), so merges exist
 # for them even when the user corpus is small. Order matters only for determinism, which a tuple guarantees.
 _CODE_FRAGMENTS = (
@@ -100,7 +113,7 @@ def _split_out_specials(texts: Iterable[str], specials: list[str]) -> Iterator[s
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int, extra_special_tokens: Iterable[str] = ()
+    texts: Iterable[str], vocab_size: int, extra_special_tokens: Iterable[str] = (), chat_template: str = "chatml"
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on ``base_corpus() + texts`` and wrap it for ``transformers``.
 
@@ -109,10 +122,13 @@ def train_tokenizer(
         vocab_size: upper bound on the vocabulary, special tokens and the 256 byte symbols included; the result has
             fewer entries when the corpus has too few pairs worth merging (``len(tokenizer)`` is the truth).
         extra_special_tokens: more never-split tokens (e.g. ``"<tool_call>"``), given ids right after the base three.
+        chat_template: a name of ``CHAT_TEMPLATES``.
     Returns:
         A ``PreTrainedTokenizerFast`` with eos ``<|im_end|>``, pad ``<|endoftext|>``, no bos prepended, and the
-        ChatML ``chat_template`` of this module.
+        chat template named (ChatML by default).
     """
+    if chat_template not in CHAT_TEMPLATES:
+        raise ValueError(f"train_tokenizer: chat_template={chat_template!r}; valid: {', '.join(CHAT_TEMPLATES)}")
     extras = [t for t in extra_special_tokens if t not in SPECIAL_TOKENS]
     specials = list(SPECIAL_TOKENS) + list(dict.fromkeys(extras))
     n_min = len(specials) + len(pre_tokenizers.ByteLevel.alphabet())
@@ -142,7 +158,7 @@ def train_tokenizer(
         eos_token=IM_END,
         pad_token=EOS_TOKEN,
         additional_special_tokens=[IM_START, *extras],
-        chat_template=CHAT_TEMPLATE,
+        chat_template=CHAT_TEMPLATES[chat_template],
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 20,
     )

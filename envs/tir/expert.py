@@ -28,6 +28,8 @@ from envs.tir.tasks import TIRTask
 from envs.tir.working import working_line
 from envs.tir_defaults import DEFAULT_STYLE
 
+THOUGHTS = ("I will compute it with Python.", "The tool printed the result: I copy it.")
+"""`with_thinking`'s thought before a tool call and before an answer after a tool's output."""
 CODE_SENTENCES = ("Let me compute this with Python.", "I will use Python.", "Let me run the code.")
 ANSWER_SENTENCES = ("The answer is \\boxed{%s}.", "So the answer is \\boxed{%s}.")
 
@@ -119,6 +121,14 @@ def single_turn_reply(task: TIRTask, *, rng: random.Random | None = None, p_skip
         return expert_answer_turn(guess_without_tool(task.answer, rng), phrasing)
     copied = _digit_slip(task.answer, rng) if rng.random() < p_wrong_copy else task.answer
     return f"{working_line(task)}.\n{expert_answer_turn(copied, phrasing)}"
+
+
+def with_thinking(turns: list[str]) -> list[str]:
+    """`turns` as a thinking model writes them (`sft.expert_thinking`): each opened by a short <think> block, the
+    format Qwen3, QwQ and DeepSeek-R1 share ("<think>\n...\n</think>\n\n"). A lone answer (no tool) thinks as the
+    first turn would have, before guessing."""
+    thoughts = [THOUGHTS[0]] + [THOUGHTS[1]] * (len(turns) - 1)
+    return [f"<think>\n{thought}\n</think>\n\n{turn}" for thought, turn in zip(thoughts, turns, strict=True)]
 
 
 def _check_probabilities(p_skip_tool: float, p_wrong_copy: float) -> None:

@@ -83,3 +83,38 @@ def qwen_tool_caller(qwen_base_dir):
     loss = memorize(model, [s.sequence for s in scripts.values()])
     assert loss < 0.05, f"the Qwen tool caller did not memorize its scripts (loss {loss:.3f})"
     return model, tok, scripts
+
+
+@pytest.fixture(scope="session")
+def thinking_tool_caller(tiny_model_dir):
+    """(model, tokenizer): the tiny model under the drop-thinking ChatML (as QwQ / DeepSeek-R1 drop earlier
+    thinking), overfit on one hermes episode of a thinking model as `env.think_history=strip` makes it: trace 1, a
+    <think> block and a tool call; trace 2, sampled from the template's rendering (turn 1's thinking dropped, the
+    tool's result), a <think> block and the boxed answer (trainer/sft/train.py `episode_sequences`)."""
+    import gymnasium as gym
+
+    from agents.experts import ExpertEpisode
+    from agents.templates.history import HistoryPolicy
+    from agents.tokenizer import DROP_THINKING_CHAT_TEMPLATE
+    from envs.tir.expert import with_thinking
+    from envs.tir.styles import get_style
+    from trainer.sft.train import episode_sequences
+
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    tok.chat_template = DROP_THINKING_CHAT_TEMPLATE
+    agent = TIRAgent(tok, "hermes")
+    turns = with_thinking([f"Let me compute it.\n{get_style('hermes').format_tool_call('print(4821 * 937)')}",
+                           TURN_2])
+    env = gym.make("alprl/TIRMath-v0", style="hermes", max_turns=3)
+    env.reset(seed=0, options={"split": "train", "index": 1700})
+    observation = env.step(turns[0])[0]  # the tool's result as the env shows it
+    env.close()
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    data = [seq for a, b in [(127, 827), (4821, 937), (35, 61), (902, 44), (6, 7358), (51, 203), (77, 9), (3344, 12)]
+            for seq in episode_sequences(agent, ExpertEpisode(f"Compute {a} * {b}.", turns, [observation], 1.0), eos,
+                                         64, HistoryPolicy(think_history="strip"))]
+    assert len(data) == 16  # two traces an episode
+    cfg = build_config(None, ["sft.epochs=150", "sft.batch_size=16", "sft.lr=2e-2"])  # 150 full-batch steps
+    losses = train_on_sequences(model, data, cfg, tok.pad_token_id, show_progress=False)
+    assert losses[-1] < 0.005, f"the thinking tool caller did not memorize its traces (loss {losses[-1]:.3f})"
+    return model, tok

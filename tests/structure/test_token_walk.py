@@ -32,11 +32,14 @@ CORRECTIONS, UPDATE, LOSSES = "trainer/objective/corrections.py", "trainer/updat
 WALK = [
     Step(ENGINE, "VLLMEngine._result", {"sampled_logprobs": ENGINE}),
     Step(ROLLOUT, "run_episodes", {"_drive": ROLLOUT}),
-    Step(ROLLOUT, "_drive", {"submit": ENGINE, "act": ROLLOUT}),
+    Step(ROLLOUT, "_drive", {"submit": ENGINE, "act": ROLLOUT, "_absorb": ROLLOUT}),
     Step(ROLLOUT, "_Episode.act", {"take_turn": ROLLOUT}),
     Step(ROLLOUT, "_Episode.take_turn", {"append_turn": TRAJ}),
+    # after the env step: a prompt that does not extend the stream starts the episode's next trace (a new row)
+    Step(ROLLOUT, "_absorb", {"start_trace": TRAJ, "append": TRAJ}),
     Step(TRAJ, "Trajectory.append_turn", {"append": TRAJ}),
     Step(TRAJ, "Trajectory.append"),
+    Step(TRAJ, "Trajectory.start_trace"),
     Step(LOOP, "train_step", {"collect_step": LOOP, "learn": LOOP}),
     Step(LOOP, "collect_step", {"run_episodes": ROLLOUT}),
     Step(LOOP, "learn", {"prepare_batch": LOOP, "update": LOOP}),

@@ -55,6 +55,9 @@ class ModelConfig:
     """Tiny model: MLP width (about 2.7 × hidden_size, as Qwen2)."""
     vocab_size: int = 1024
     """Tiny model: BPE vocabulary size of the tokenizer trained on the SFT corpus."""
+    chat_template: str = "chatml"
+    """Tiny model: its chat template, chatml (keeps history as written) | chatml_drop_thinking (an earlier assistant
+    turn loses its <think> block, as QwQ's and DeepSeek-R1's templates drop it; agents/tokenizer.py)."""
     lora: ModelLoraConfig = field(default_factory=ModelLoraConfig)
     """LoRA RL: r > 0 trains peft adapters instead of every weight (trainer/config/lora_config.py,
     trainer/runtime/lora.py)."""
@@ -186,6 +189,9 @@ class SFTConfig:
     """Share of expert episodes that copy the tool result wrongly."""
     varied_phrasing: bool = False
     """Vary the expert's sentences; off keeps copied numbers at fixed offsets, which tiny models learn fast."""
+    expert_thinking: bool = False
+    """TIR: the expert opens each turn with a short <think> block, as thinking models write (for a run with
+    env.think_history=strip under model.chat_template=chatml_drop_thinking)."""
     epochs: int = 2
     """Passes over the SFT data."""
     lr: float = 2e-3

@@ -22,6 +22,7 @@ from agents.perturbation import SIGMA_MODES
 from agents.projection import PROJECTIONS
 from agents.templates.check import THINK_HISTORY
 from agents.templates.history import CONTEXT_POLICIES
+from agents.tokenizer import CHAT_TEMPLATES
 from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
 from trainer.config.rollout_config import INFRA_FAILURE_POLICIES
@@ -64,6 +65,7 @@ def choice_problems(cfg: Any) -> list[str]:
             *choice("env.style", e.style, list(STYLES), "a TIR style"),
             *choice("env.think_history", e.think_history, list(THINK_HISTORY), "a think_history policy"),
             *choice("env.context", e.context, list(CONTEXT_POLICIES), "a context policy"),
+            *choice("model.chat_template", cfg.model.chat_template, list(CHAT_TEMPLATES), "a tiny model chat template"),
             *choice("env.action_projection", e.action_projection, PROJECTIONS, "an action projection"),
             *choice("env.expert_search", e.expert_search, SEARCH_ORDERS, "an expert search order"),
             *choice("perturb.sigma_mode", cfg.perturb.sigma_mode, list(SIGMA_MODES), "a noise scale mode"),

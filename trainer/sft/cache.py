@@ -23,7 +23,11 @@ RL_ONLY_ENV_KEYS = ("sandbox_url", "sandbox_retry_s", "run_timeout_s", "mask_voi
                     "reasoning_gym",
                     "openenv",  # alprl/OpenEnv-v0 has no expert; the server's address is where RL plays
                     "harness",  # rollout.source=harness: a user's agent plays RL episodes, the expert plays SFT's
-                    "think_history")  # the expert writes no thinking, and an accepted strip changes no token
+                    "think_history",  # in the key only with sft.expert_thinking (KEYED_WHEN_SET), the rest: RL's
+                    "context", "context_budget", "summarizer")  # compaction is RL's: the expert's episodes stay whole
+KEYED_WHEN_SET = {"model.chat_template": "chatml", "sft.expert_thinking": False}
+"""Keys added to the warm start's inputs after warm starts were built: in the key only away from these values (their
+defaults, which every earlier warm start had), so those keep their fingerprint."""
 
 
 def sft_inputs(cfg: TrainConfig) -> dict:
@@ -34,6 +38,13 @@ def sft_inputs(cfg: TrainConfig) -> dict:
     model = ({k: v for k, v in asdict(cfg.model).items() if k not in ("path", "lora")} if not cfg.model.path
              else {"base": base_identity(cfg)})  # a checkpoint's own sizes and tokenizer replace the tiny model's
     sft = {k: v for k, v in asdict(cfg.sft).items() if k not in ("output_dir", "save_every", "torch_threads", "seed")}
+    for key, unset in KEYED_WHEN_SET.items():
+        section, name = key.split(".")
+        part = {"model": model, "sft": sft}[section]
+        if part.get(name, unset) == unset:
+            part.pop(name, None)
+    if cfg.sft.expert_thinking:  # the thinking the expert writes is kept or stripped from later prompts' history
+        env["think_history"] = cfg.env.think_history
     # the SFT seed under the key the RL seed had before the two were split, so a warm start built at seed 0 keeps
     # its fingerprint
     return {"sft": sft, "model": model, "env": env, "seed": cfg.sft.seed,

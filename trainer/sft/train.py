@@ -31,6 +31,8 @@ from agents.env_families import env_entry, expert_player, make_agent, make_env
 from agents.experts import ExpertEpisode
 from agents.models import build_tiny_model, save_pretrained, train_tokenizer
 from agents.rollout import Agent, capped_observation_ids
+from agents.templates.history import HistoryPolicy, HistoryRules
+from agents.trajectory import Trajectory
 from envs.splits import derive_seed
 from trainer.config.errors import ConfigError
 from trainer.config.run_config import write_run_config
@@ -41,6 +43,7 @@ from trainer.runtime.progress import progress_bar
 from trainer.sft import base as sft_base
 from trainer.sft import resume as sft_resume
 from trainer.sft.cache import META_FILE, sft_fingerprint, sft_inputs
+from trainer.tasks import rollout_limits
 
 OVER_BUDGET_WARN_FRAC = 0.02  # warn when more expert episodes than this exceed the RL response budget
 log = logging.getLogger(__name__)
@@ -62,6 +65,33 @@ def episode_tokens(agent: Agent, ep: ExpertEpisode, eos_id: int,
             ids += obs_ids
             mask += [0] * len(obs_ids)
     return ids + [eos_id], mask + [1]
+
+
+def episode_sequences(agent: Agent, ep: ExpertEpisode, eos_id: int, max_obs_tokens: int,
+                      policy: HistoryPolicy) -> list[tuple[list[int], list[int]]]:
+    """(input ids, loss mask) sequences of one expert episode, one per trace as the rollout makes them under
+    `env.think_history` (agents/templates/history.py): with `strip` under a template that drops earlier thinking,
+    each later turn is a sequence of its own whose prompt is the template's rendering, so the warm start learns from
+    the prompts it will be given; else the one stream of `episode_tokens`. Compaction (`env.context`) is RL's: the
+    expert's episodes are imitated whole."""
+    if policy.think_history != "strip":
+        return [episode_tokens(agent, ep, eos_id, max_obs_tokens)]
+    rules = HistoryRules(HistoryPolicy(think_history="strip"), agent, engine_context=0, max_new_tokens=0)
+    traj = Trajectory(prompt_ids=agent.prompt_ids(ep.question, {}))
+    history = rules.start(ep.question, {}, traj.prompt_ids)
+    for i, turn in enumerate(ep.turns):
+        ids = agent.turn_ids(turn)
+        traj.append_turn(ids, [0.0] * len(ids), state="")
+        if i < len(ep.observations):
+            obs_ids = capped_observation_ids(agent, ep.observations[i], max_obs_tokens)
+            rules.observe(history, ep.observations[i], max_obs_tokens)
+            if (nxt := rules.next_prompt(traj, history, obs_ids)) is not None:
+                traj.start_trace(*nxt)
+            else:
+                traj.append(obs_ids, None)
+    sequences = [(t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + t.loss_mask) for t in traj.traces]
+    ids, mask = sequences[-1]
+    return sequences[:-1] + [(ids + [eos_id], mask + [1])]
 
 
 def length_report(data: list[tuple[list[int], list[int]]], cfg: TrainConfig) -> dict[str, float]:
@@ -197,12 +227,13 @@ def prepare_data(cfg: TrainConfig, show_progress: bool = True, tokenizer: PreTra
     if tokenizer is None:
         corpus = [env_entry(cfg.env.id).system_prompt(cfg.env.style)] + [ep.question for ep in episodes]
         corpus += [t for ep in episodes for t in ep.turns] + [o for ep in episodes for o in ep.observations]
-        tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size)
+        tokenizer = train_tokenizer(corpus, vocab_size=cfg.model.vocab_size, chat_template=cfg.model.chat_template)
         eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     else:
         eos = sft_base.turn_end_id(tokenizer, cfg.model.path)
     agent = make_agent(cfg.env, tokenizer)
-    data = [episode_tokens(agent, ep, eos, cfg.rollout.max_obs_tokens) for ep in episodes]
+    policy = rollout_limits(cfg).history
+    data = [seq for ep in episodes for seq in episode_sequences(agent, ep, eos, cfg.rollout.max_obs_tokens, policy)]
     info = {"expert_success": sum(ep.reward for ep in episodes) / len(episodes), **length_report(data, cfg),
             "context": model_context(data, cfg)}
     return tokenizer, data, info
