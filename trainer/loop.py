@@ -233,7 +233,8 @@ def prepare_batch(c: Components, cfg: TrainConfig, trajs: list[Trajectory],
     episodes); the fields only the update reads (ref_logp, the KL reward, corrections, QUATRO targets) stay unset.
     """
     batch = collate(trajs, c.tokenizer.pad_token_id)
-    metrics: dict[str, float] = {}
+    # tokens each forward of the batch runs over (prompt + response of every row: a trace repeats its history)
+    metrics: dict[str, float] = {"perf/batch_tokens": float(batch.attention_mask.sum())}
     r, truncation = cfg.rollout, TruncationProbe()  # the sampler's top-p / top-k, replayed by every log-prob pass
     batch.old_logp = old_logprobs(c.model, batch, r.temperature, cfg.optim.micro_batch_size, top_p=r.top_p,
                                   top_k=r.top_k, probe=truncation)

@@ -146,7 +146,8 @@ class EpisodeRows:
             return cls(torch.arange(rows))
         if episode_index.shape != (rows,):
             raise ValueError(f"EpisodeRows: episode_index {tuple(episode_index.shape)} for {rows} rows")
-        return cls(episode_index.long())
+        # numbered 0..E−1 in order: a sub-batch (`Batch.select`) keeps its rows' numbers in the whole batch
+        return cls(torch.unique_consecutive(episode_index.long(), return_inverse=True)[1])
 
     @property
     def count(self) -> int:

@@ -21,7 +21,7 @@ from trainer.loop import compute_advantages
 from trainer.objective.corrections import prepare_corrections
 from trainer.objective.gigpo import gigpo_token_advantages
 from trainer.objective.losses import MULTI_TRACE_SEQ_REFUSAL
-from trainer.objective.types import collate
+from trainer.objective.types import EpisodeRows, collate
 from trainer.setup.build import build_config
 from trainer.update import denominators, micro_batch_objective, minibatch_rows
 
@@ -176,3 +176,13 @@ def test_quatro_targets_one_episode_and_refuses_the_seq_level():
         quatro_targets(seq, split, members)
     assert str(err.value) == MULTI_TRACE_SEQ_REFUSAL and "\n" not in str(err.value)
     quatro_targets(seq, whole, members)  # one trace an episode: defined as before
+
+
+def test_a_sub_batch_numbers_its_episodes_from_zero():
+    """A rank's or a micro-batch's rows (`Batch.select`) keep their episode numbers in the whole batch; the
+    reductions renumber them, so a split episode's rows still reduce together."""
+    batch = collate(group(split=True), pad_id=0).select([1, 2, 3, 5])
+    assert batch.episode_index.tolist() == [0, 0, 1, 3]
+    rows = EpisodeRows.of(batch.episode_index, len(batch))
+    assert rows.index.tolist() == [0, 0, 1, 2] and rows.count == 3 and rows.first_rows().tolist() == [0, 2, 3]
+    assert rows.total(torch.tensor([1.0, 2.0, 4.0, 8.0])).tolist() == [3.0, 3.0, 4.0, 8.0]
