@@ -182,12 +182,21 @@ def test_strip_under_the_strip_all_template_starts_a_trace_whose_prompt_is_the_t
 
 
 def test_strip_under_an_append_only_template_is_one_trace_identical_to_keep(qwen_tokenizer):
-    agent = make_agent(STRIP, qwen_tokenizer)
-    kept, _ = play(agent, thinking_turns(qwen_tokenizer))
-    stripped, _ = play(agent, thinking_turns(qwen_tokenizer), "strip")
+    """Qwen2.5 keeps every turn's thinking: turn 2's prompt as its template renders the conversation is the stream
+    keep samples from (the same text; the ids stay the ones sampled), so strip makes one trace, keep's tokens."""
+    tok = qwen_tokenizer
+    agent = make_agent(STRIP, tok)
+    turns = thinking_turns(tok)
+    kept, _ = play(agent, turns)
+    stripped, engine = play(agent, thinking_turns(tok), "strip")
     assert not stripped.earlier
     assert (stripped.prompt_ids, stripped.response_ids, stripped.loss_mask) == \
         (kept.prompt_ids, kept.response_ids, kept.loss_mask)
+    messages = agent.messages(TASK.question) + [
+        {"role": "assistant", "content": tok.decode(turns[0][0], skip_special_tokens=True)},
+        {"role": "tool", "content": HERMES.tool_message("34856448")}]
+    rendered = tok.apply_chat_template(messages, tools=agent.tools, add_generation_prompt=True, tokenize=False)
+    assert tok.decode(engine.requests[1].prompt_ids) == rendered
 
 
 @pytest.mark.parametrize("name,traces", [("qwen25", [0, 0, 0, 0]), ("qwen3_style", [0, 0, 0, 1]),

@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 
+from agents.endpoint.recorder import CallRecord, Recorder
 from agents.trajectory import Trajectory
 from trainer.algorithms.quatro import quatro_targets
 from trainer.loop import compute_advantages
@@ -186,3 +187,23 @@ def test_a_sub_batch_numbers_its_episodes_from_zero():
     rows = EpisodeRows.of(batch.episode_index, len(batch))
     assert rows.index.tolist() == [0, 0, 1, 2] and rows.count == 3 and rows.first_rows().tolist() == [0, 2, 3]
     assert rows.total(torch.tensor([1.0, 2.0, 4.0, 8.0])).tolist() == [3.0, 3.0, 4.0, 8.0]
+
+
+def test_a_harness_that_rewrites_its_history_twice_counts_once_in_its_group():
+    """The policy endpoint's recorder (agents/endpoint/recorder.py): three calls whose prompts do not extend the
+    episode's tokens make one episode of three traces; in a group of four its reward weighs once."""
+    recorder = Recorder(max_response_tokens=64, decode=lambda ids: " ".join(map(str, ids)), open_episodes=True)
+    log = recorder.get("ep-0")
+    for n, prompt in enumerate([[5, 6, 7], [5, 8], [9]]):  # each call edits what came before
+        recorder.record(log, CallRecord(n, prompt, [11 + n, 12 + n], [-0.5, -0.5], "stop"))
+    rewritten = recorder.trajectory(log, 1.0, empty_prompt=[0])
+    assert len(rewritten.traces) == 3 and rewritten.info["prefix_breaks"] == 2
+    assert [t.prompt_ids for t in rewritten.traces] == [[5, 6, 7], [5, 8], [9]]
+    others = [episode(r, False, shift=0.1 * i) for i, r in enumerate(REWARDS[1:], 1)]
+    episodes = [rewritten, *others]
+    batch = collate(episodes, pad_id=0)
+    batch.old_logp = batch.rollout_logp.clone()
+    adv, metrics = compute_advantages(batch, build_config(None, []), episodes, torch.ones(4, dtype=torch.bool))
+    a = 0.5 / math.sqrt(1 / 3)  # rewards (1, 0, 0, 1), as the unsplit group
+    assert sampled(batch, adv, [0, 1, 2]) == pytest.approx([a] * 6, abs=1e-5)
+    assert metrics == prepared(False)[3]
