@@ -62,6 +62,11 @@ class Trajectory:
     turn_states: list[str] = field(default_factory=list)
     earlier: list[Trajectory] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        """The trajectory `dataclasses.asdict` gave `d` of, its earlier traces rebuilt too (a saved batch)."""
+        return cls(**{**d, "earlier": [cls.from_dict(e) for e in d.get("earlier", [])]})
+
     @property
     def traces(self) -> list[Trajectory]:
         """The episode's traces in order, this one last: the rows it makes in a batch (`collate`)."""

@@ -163,7 +163,7 @@ def restore(saved: dict) -> dict[int, Pending]:
     out = {}
     for step, b in (saved.get("batches") or {}).items():
         future: Future = Future()
-        future.set_result(Rolled([Trajectory(**t) for t in b["trajs"]], b["sampling"], b["seconds"]))
+        future.set_result(Rolled([Trajectory.from_dict(t) for t in b["trajs"]], b["sampling"], b["seconds"]))
         out[int(step)] = Pending(future, b["version"])
     return out
 

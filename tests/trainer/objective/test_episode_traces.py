@@ -207,3 +207,12 @@ def test_a_harness_that_rewrites_its_history_twice_counts_once_in_its_group():
     a = 0.5 / math.sqrt(1 / 3)  # rewards (1, 0, 0, 1), as the unsplit group
     assert sampled(batch, adv, [0, 1, 2]) == pytest.approx([a] * 6, abs=1e-5)
     assert metrics == prepared(False)[3]
+
+
+def test_a_saved_episode_comes_back_with_its_traces():
+    """Asynchronous rollouts save the batches sampled ahead as plain dicts (trainer/runtime/async_rollouts.py)."""
+    saved = dataclasses.asdict(group(split=True)[0])
+    back = Trajectory.from_dict(saved)
+    assert [type(t) for t in back.traces] == [Trajectory] * 3
+    assert dataclasses.asdict(back) == saved
+    assert collate([back], 0).input_ids.tolist() == collate(group(split=True)[:1], 0).input_ids.tolist()
