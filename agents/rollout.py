@@ -13,6 +13,13 @@ advantages. With `RolloutLimits.mask_void_turns`, an episode that ended
 on a void turn (no code, no answer) gets loss_mask 0 everywhere (`Trajectory.mask_out`): as in SimpleTIR, such a
 trajectory teaches nothing.
 
+New traces. Under `RolloutLimits.history` (`env.think_history=strip`, `env.context`; agents/templates/history.py),
+after each env step that lets an episode go on the driver asks its history rules for the next turn's prompt; one
+that does not extend the stream starts a new trace of the episode (`Trajectory.start_trace`, in `_absorb`): the
+observation goes into the new prompt, the trace before it ends at its last sampled turn, and the next request
+samples from the new prompt. `max_response_tokens` bounds each trace's response. The default keeps every episode one
+stream, as above.
+
 Infrastructure failures. An episode whose outcome is not the policy's ends with reward 0, out of the loss, marked
 `info["infra_failure"]` with its reason (`Trajectory.mark_infra_failure`, called in `run_episodes` only, from the
 facts the driver recorded); whether it keeps a place in its group's advantage statistics is
