@@ -45,6 +45,7 @@ from app.experiments.plan import (
     start_layers,
     suite_scale,
 )
+from app.experiments.provenance import check_source, declaration
 from app.experiments.results import (
     CELL_FILE,
     PLAN_FILE,
@@ -100,6 +101,9 @@ def add_experiment_parser(sub) -> None:
                    "the rest")
     p.add_argument("--save-every", type=int, default=CELL_SAVE_EVERY, help="checkpoint a cell every N steps, so a "
                    f"stopped cell resumes from there (default {CELL_SAVE_EVERY}; a cell's last step always saves)")
+    p.add_argument("--exploratory", action="store_true", help="run from a checkout whose code is not on main (a "
+                   "changed tracked file, a commit off main): recorded in experiment.json, and every comparison of "
+                   "the report then reads exploratory (without it such a run is refused)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs / CI)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides of every cell")
 
@@ -371,16 +375,25 @@ class CellsFailed(RuntimeError):
 
 
 def run_experiment(plan: Plan, show_progress: bool = True, parallel: int = 1, reuse: Path | None = None,
-                   results: Path | None = None) -> Path:
+                   results: Path | None = None, source: dict | None = None) -> Path:
     """Run the plan's unfinished cells (one progress bar over cells) and write the report; returns report.html.
-    With `results`, finished cells kept there count as finished, and each cell is kept there as it finishes."""
+    With `results`, finished cells kept there count as finished, and each cell is kept there as it finishes. With
+    `source` (`check_source`'s record, as the command passes it), experiment.json records it and the comparisons'
+    declaration before the first cell starts (app/experiments/provenance.py)."""
     from evaluation.reports.experiment_report import write_experiment_report
 
     plan.out.mkdir(parents=True, exist_ok=True)
-    (plan.out / PLAN_FILE).write_text(json.dumps(plan.describe(), indent=2))
     names = [cell.name for cell in plan.cells]
     if results is not None:
         restore_cells(results, plan.out, names)
+    described = plan.describe()
+    if source is not None:
+        earlier = next((d / PLAN_FILE for d in (plan.out, results) if d is not None and (d / PLAN_FILE).is_file()),
+                       None)
+        previous = json.loads(earlier.read_text()) if earlier is not None else None
+        done = sum(finished(plan, cell) for cell in plan.cells)
+        described |= {"source": source, "declared": declaration(described, previous, source, done)}
+    (plan.out / PLAN_FILE).write_text(json.dumps(described, indent=2))
     todo = [cell for cell in plan.cells if not finished(plan, cell)]
     if todo and reuse is not None:
         todo = reuse_finished(plan, todo, reuse)
@@ -431,8 +444,9 @@ def run_experiment_command(args: argparse.Namespace) -> int:
         results = Path(args.results) if args.results else None
         if results is not None and results.exists() and not results.is_dir():
             raise FileNotFoundError(f"--results {args.results}: not a directory")
+        source = check_source(args.exploratory)  # code no one can check out: refused unless --exploratory
         report = run_experiment(plan, show_progress=not args.no_progress, parallel=args.parallel, reuse=reuse,
-                                results=results)
+                                results=results, source=source)
     except (ConfigError, FileNotFoundError) as exc:
         print(f"alprl experiment: error: {exc}", file=sys.stderr)
         return 2

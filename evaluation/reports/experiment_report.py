@@ -143,6 +143,8 @@ def report_data(out: str | Path) -> dict[str, Any]:
     """Everything report.json holds: the plan, per-arm summaries, comparisons and their sentences."""
     out = Path(out)
     plan = json.loads((out / "experiment.json").read_text())
+    if (plan.get("source") or {}).get("exploratory"):  # cells from code no one can check out: no verdict rests on
+        plan = {**plan, "primary": []}  # them, every comparison reads exploratory
     cells = finished_cells(out, plan) + borrowed_cells(out, plan)
     periodic = bool(plan.get("horizon_report"))
     records = arm_records(cells, int(plan["steps"]) if periodic else None)
@@ -173,7 +175,8 @@ def report_data(out: str | Path) -> dict[str, Any]:
             "endpoint": ENDPOINT_SECOND_HALF if periodic else ENDPOINT_LAST, "comparisons_last_eval": last,
             "cells_finished": len(done), "cells_planned": len(plan["cells"]),
             "cells_missing": [c["name"] for c in plan["cells"] if c["name"] not in done],
-            "wall_s": sum(float(c.get("wall_s", 0)) for c in cells), "cells": cell_rows_data(cells)} | horizon
+            "wall_s": sum(float(c.get("wall_s", 0)) for c in cells), "cells": cell_rows_data(cells)} | horizon \
+        | ({"provenance": {k: plan[k] for k in ("source", "declared") if k in plan}} if "declared" in plan else {})
 
 
 def _detectable(value: float | None) -> str:
@@ -303,11 +306,29 @@ def _intro(data: dict[str, Any]) -> list[str]:
             f"Recipe `{data['config']}`, {data['scale_words']}; every cell starts from `{data['start']}`.",
             f"Cells finished: {data['cells_finished']} of {data['cells_planned']}"
             + (f" (missing: {', '.join(missing)})" if missing else "") + ".",
+            *_provenance(data),
             f"Endpoint: {data.get('endpoint', ENDPOINT_LAST)}.",
             "Intervals over runs: hierarchical bootstrap (seeds, then tasks within each; Davison & Hinkley 1997, "
             "§3.8), beside the evaluation-only one (seeds held fixed); differences are paired on the same seeds "
             "and tasks. Verdicts: Holm's correction over the suite's primary comparisons (declared before the "
             "run), the rest exploratory (evaluation/reports/experiment_inference.py)."]
+
+
+def _provenance(data: dict[str, Any]) -> list[str]:
+    """When the comparisons were declared and what code the cells ran from (app/experiments/provenance.py); nothing
+    for experiments begun before those records."""
+    record = data.get("provenance")
+    if not record:
+        return []
+    declared, source = record["declared"], record.get("source") or {}
+    after = declared.get("after_cells")
+    when = (f"Comparisons declared {declared['at']} (plan hash `{declared['hash']}`, commit "
+            f"`{(declared.get('commit') or 'none')[:7]}`)" + (f", after {after} cells had finished" if after else
+                                                            ", before the first cell ran"))
+    code = f"cells from `{(source.get('commit') or 'no git checkout')[:7]}`"
+    if source.get("exploratory"):
+        code += f", exploratory ({source['exploratory']}): every comparison reads exploratory"
+    return [f"{when}; {code}."]
 
 
 def markdown(data: dict[str, Any]) -> str:

@@ -107,7 +107,7 @@ def test_header_experiment_runs_token_alp_with_the_single_turn_values(tmp_path, 
     σ starts at 0.02 on every layer and the k3 KL term is in the loss."""
     argv = header_commands()[3]
     user = argv[argv.index("--out") + 2:]  # the overrides after --out <dir>
-    assert main(["experiment", "alp", "--config", str(RECIPE), "--scale", "smoke", "--methods", "token_alp",
+    assert main(["experiment", "--exploratory", "alp", "--config", str(RECIPE), "--scale", "smoke", "--methods", "token_alp",
                  "--steps", "1", "--no-progress", "--out", str(tmp_path), f"model.path={math_sft}", *user]) == 0, \
         capsys.readouterr().err
     (step,) = [json.loads(line) for line in (tmp_path / "token_alp__lag2__seed0" / "metrics.jsonl").open()

@@ -79,7 +79,7 @@ def test_comparisons_pair_each_arm_with_its_baseline(tmp_path):
     (["alp", "eval_tasks=0"], "eval_tasks=0: an experiment compares held-out success"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, says, tmp_path, capsys):
-    assert main(["experiment", *argv, "--out", str(tmp_path)]) == 2
+    assert main(["experiment", "--exploratory", *argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and err.startswith("alprl experiment: error:")
     assert not (tmp_path / "experiment.json").exists()  # refused before anything ran
@@ -133,7 +133,7 @@ def _files_of(cell_dir):
 @pytest.mark.smoke
 def test_alp_smoke_runs_reports_and_resumes_after_a_kill(tmp_path, sft_dir, capsys, monkeypatch):
     out = tmp_path / "alp"
-    argv = ["experiment", "alp", "--scale", "smoke", "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
+    argv = ["experiment", "--exploratory", "alp", "--scale", "smoke", "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
     assert main(argv) == 0, capsys.readouterr().err
     for name in ("report.html", "report.json", "report.md"):
         assert (out / name).stat().st_size > 0
@@ -207,7 +207,7 @@ def test_robustness_suite_sweeps_each_final_checkpoint(tmp_path, sft_dir, capsys
     # the TIR recipe instead of the household one: the shared tiny warm start serves it, and the sweep's path
     # (final checkpoint → robustness records → retention rows in the report) is the same
     out = tmp_path / "rob"
-    assert main(["experiment", "robustness", "--scale", "smoke", "--config", "configs/demo.yaml", "--steps", "1",
+    assert main(["experiment", "--exploratory", "robustness", "--scale", "smoke", "--config", "configs/demo.yaml", "--steps", "1",
                  "--no-progress", "--out", str(out), f"model.path={sft_dir}"]) == 0, capsys.readouterr().err
     data = json.loads((out / "report.json").read_text())
     assert list(data["arms"]) == ["grpo/recipe", "sprpo/recipe", "seq_alp/recipe"]
@@ -226,7 +226,7 @@ def test_results_dir_keeps_the_cells_a_new_machine_reports_without_training(tmp_
     """--results keeps each finished cell's small files and the report; with `runs/` gone (a new machine), the same
     command restores them, trains nothing, and rebuilds the same report."""
     out, kept = tmp_path / "runs" / "rob", tmp_path / "docs" / "rob"
-    argv = ["experiment", "robustness", "--scale", "smoke", "--config", "configs/demo.yaml", "--steps", "1",
+    argv = ["experiment", "--exploratory", "robustness", "--scale", "smoke", "--config", "configs/demo.yaml", "--steps", "1",
             "--methods", "grpo,sprpo", "--no-progress", "--out", str(out), "--results", str(kept),
             f"model.path={sft_dir}"]
     assert main(argv) == 0, capsys.readouterr().err
@@ -285,7 +285,7 @@ def test_a_cell_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, sft_di
     from trainer import loop
 
     out = tmp_path / "long"
-    argv = ["experiment", "alp", "--scale", "smoke", "--methods", "grpo", "--settings", "lag2", "--steps", "3",
+    argv = ["experiment", "--exploratory", "alp", "--scale", "smoke", "--methods", "grpo", "--settings", "lag2", "--steps", "3",
             "--save-every", "1", "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
     real_step, steps_run = loop.train_step, []
 
@@ -327,7 +327,7 @@ def test_a_cell_killed_mid_way_resumes_from_its_last_checkpoint(tmp_path, sft_di
 @pytest.mark.smoke
 def test_a_failing_cell_leaves_the_others_running_and_names_itself_at_the_end(tmp_path, sft_dir, capsys):
     out = tmp_path / "alp"
-    argv = ["experiment", "alp", "--scale", "smoke", "--methods", "grpo,token_mis", "--settings", "lag2", "--steps",
+    argv = ["experiment", "--exploratory", "alp", "--scale", "smoke", "--methods", "grpo,token_mis", "--settings", "lag2", "--steps",
             "1", "--no-progress", "--out", str(out), f"model.path={sft_dir}"]
     broken = "token_mis__lag2__seed0"
     out.mkdir()

@@ -55,7 +55,7 @@ def test_sensitivity_is_token_alp_over_both_modes_and_two_learning_rates(tmp_pat
     (["ablation", "--reuse", "/nonexistent/alp"], "--reuse /nonexistent/alp: no such experiment directory"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, says, tmp_path, capsys):
-    assert main(["experiment", *argv, "--scale", "smoke", "--out", str(tmp_path)]) == 2
+    assert main(["experiment", "--exploratory", *argv, "--scale", "smoke", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
 
@@ -63,11 +63,11 @@ def test_bad_arguments_exit_2_with_one_line(argv, says, tmp_path, capsys):
 @pytest.mark.smoke
 def test_ablation_smoke_runs_two_at_a_time_and_reuses_the_alp_suites_same_runs(tmp_path, sft_dir, capsys):
     alp = tmp_path / "alp"
-    assert main(["experiment", "alp", "--scale", "smoke", "--methods", "token_alp,seq_bypass", "--no-progress",
+    assert main(["experiment", "--exploratory", "alp", "--scale", "smoke", "--methods", "token_alp,seq_bypass", "--no-progress",
                  "--out", str(alp), f"model.path={sft_dir}"]) == 0, capsys.readouterr().err
     out = tmp_path / "ablation"
     settings = f"clip0.5-3_off,clip0.5-3_abs1e-06,clip0.5-3_{REL}"  # the narrow clip's cells are the same code path
-    assert main(["experiment", "ablation", "--scale", "smoke", "--parallel", "2", "--reuse", str(alp),
+    assert main(["experiment", "--exploratory", "ablation", "--scale", "smoke", "--parallel", "2", "--reuse", str(alp),
                  "--settings", settings, "--no-progress", "--out", str(out), f"model.path={sft_dir}"]) == 0, \
         capsys.readouterr().err
     cells = {json.loads(p.read_text())["cell"]: json.loads(p.read_text()) for p in out.glob("*/cell.json")}
@@ -86,7 +86,7 @@ def test_ablation_smoke_runs_two_at_a_time_and_reuses_the_alp_suites_same_runs(t
     assert "## The perturbation against the sampler's mismatch" in md
     # a rerun with another thread count resumes the same cells (nothing left to run)
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/cell.json")}
-    assert main(["experiment", "ablation", "--scale", "smoke", "--settings", settings, "--no-progress", "--out",
+    assert main(["experiment", "--exploratory", "ablation", "--scale", "smoke", "--settings", settings, "--no-progress", "--out",
                  str(out), f"model.path={sft_dir}", "torch_threads=2"]) == 0, capsys.readouterr().err
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/cell.json")} == stamps
 
@@ -95,7 +95,7 @@ def test_ablation_smoke_runs_two_at_a_time_and_reuses_the_alp_suites_same_runs(t
 def test_sensitivity_smoke_draws_figure_9(tmp_path, sft_dir, capsys):
     out = tmp_path / "sens"
     settings = "rel0.001_lr0.0005,rel0.05_lr0.0005,abs1e-06_lr0.0005"
-    assert main(["experiment", "sensitivity", "--scale", "smoke", "--steps", "1", "--settings", settings,
+    assert main(["experiment", "--exploratory", "sensitivity", "--scale", "smoke", "--steps", "1", "--settings", settings,
                  "--no-progress", "--out", str(out), f"model.path={sft_dir}"]) == 0, capsys.readouterr().err
     data = json.loads((out / "report.json").read_text())
     dp = {arm: a["training"]["dp_p99_mean"] for arm, a in data["arms"].items()}

@@ -109,7 +109,7 @@ def test_the_synchronous_grpo_runs_only_when_named_and_every_lag4_arm_is_compare
 @pytest.mark.smoke
 def test_long_smoke_reports_counts_and_figures_over_the_horizon(tmp_path, sft_dir, capsys):
     out = tmp_path / "long"
-    assert main(["experiment", "long", "--scale", "smoke", "--no-progress", "--out", str(out),
+    assert main(["experiment", "--exploratory", "long", "--scale", "smoke", "--no-progress", "--out", str(out),
                  f"model.path={sft_dir}"]) == 0, capsys.readouterr().err
     data = json.loads((out / "report.json").read_text())
     assert data["steps"] == 4 and data["cells_finished"] == 5

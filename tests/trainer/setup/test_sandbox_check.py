@@ -80,7 +80,7 @@ def test_every_command_that_plays_episodes_refuses_a_dead_sandbox_in_one_line(co
     gone, out = dead_url(), tmp_path / "out"
     argv = {"train": ["train", f"output_dir={out}"],
             "demo": ["demo", f"output_dir={out}", f"sft.output_dir={out / 'sft'}"],
-            "experiment": ["experiment", "alp", "--scale", "smoke", "--out", str(out)],
+            "experiment": ["experiment", "--exploratory", "alp", "--scale", "smoke", "--out", str(out)],
             "eval": ["eval", "--model", str(tiny_model_dir), "--bench", "tir", "--tasks", "2", "--out", str(out)],
             "robustness": ["robustness", "--checkpoint", str(tiny_model_dir), "--out", str(out)]}[command]
     model_files = sorted(p.name for p in tiny_model_dir.iterdir())
