@@ -190,10 +190,10 @@ class HistoryRules:
             return None
         target = target_tokens(self.budget, self.max_new_tokens)
         rounds = rounds_of(traj, obs_ids)
-        obs_ids = self.agent.observation_ids
+        as_observation = self.agent.observation_ids  # a line or summary, shown as the agent shows output
         size = len(history.opening) + sum(len(t) + len(o) for t, o in rounds)
         if self.policy.context == "drop_tool_outputs":  # oldest outputs first, never the last one
-            placeholder = obs_ids(DROPPED_OUTPUT)
+            placeholder = as_observation(DROPPED_OUTPUT)
             for n in range(len(rounds) - 1):
                 if size <= target:
                     break
@@ -210,9 +210,9 @@ class HistoryRules:
             if self.policy.context == "summarize":
                 text = self.agent.tokenizer.decode([i for r in rounds[:dropped] for part in r for i in part],
                                                    skip_special_tokens=True)
-                head += obs_ids(summary_line(self._summary(text)))
+                head += as_observation(summary_line(self._summary(text)))
             else:
-                head += obs_ids(dropped_rounds_line(dropped))
+                head += as_observation(dropped_rounds_line(dropped))
         prompt = head + [i for r in rounds[dropped:] for part in r for i in part]
         if len(prompt) + self.max_new_tokens > self.budget or len(prompt) >= shown:
             return None  # nothing gained: the episode runs into the context as without compaction
