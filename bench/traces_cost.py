@@ -8,7 +8,7 @@ each forward runs over (`perf/batch_tokens`: a trace repeats its history in its 
 compactions and the prompt tokens they took out, sampled tokens, episodes the context cut short
 (`rollout/infra_failures/context_overflow`), step seconds. Then the run's ratio to the baseline for the cost figures.
 Both runs should share the machine's window (nothing else running), as every bench here. The source commit and the
-settings that differ come from each run's `run_meta.json` and `alprl_config.yaml`.
+settings that differ come from each run's `run_meta.json` and its last checkpoint's `alprl_config.yaml`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ STEP_KEYS = ("perf/batch_tokens", "rollout/traces_per_episode", "rollout/compact
              "rollout/sampled_tokens", "rollout/infra_failures/context_overflow", "rollout/reward", "perf/step_s",
              "perf/rollout_s", "perf/update_s")
 COST_KEYS = ("perf/batch_tokens", "perf/step_s", "perf/rollout_s", "perf/update_s", "rollout/sampled_tokens")
-SETTINGS = ("env.think_history", "env.context", "env.context_budget", "env.style", "model.chat_template",
+SETTINGS = ("env.think_history", "env.context", "env.context_budget", "env.style", "model.path", "model.chat_template",
             "sft.expert_thinking", "rollout.max_model_len", "rollout.engine")
 
 
@@ -49,8 +49,8 @@ def summarize(run: Path) -> dict[str, Any]:
         raise SystemExit(f"traces_cost: {run} has fewer than two held-out evaluations (eval/step_*.jsonl)")
     first, last, change = changes[-1]
     meta = json.loads((run / "run_meta.json").read_text()) if (run / "run_meta.json").is_file() else {}
-    config = yaml.safe_load((run / "alprl_config.yaml").read_text()) if (run / "alprl_config.yaml").is_file() \
-        else {}
+    saved = sorted(run.glob("checkpoints/step_*/alprl_config.yaml"), key=lambda p: int(p.parent.name[5:]))
+    config = yaml.safe_load(saved[-1].read_text()) if saved else {}  # the run config every checkpoint keeps
     return {"run": str(run), "source": meta.get("source"), "steps": len(steps),
             "settings": {k: _setting(config, k) for k in SETTINGS},
             "held_out": {"first_step": first, "last_step": last, **change}, "step_means": means}

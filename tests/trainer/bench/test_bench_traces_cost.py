@@ -28,7 +28,10 @@ def run_dir(root: Path, name: str, tokens: float, traces: float, won_after: list
         (run / "eval" / f"step_{step}.jsonl").write_text(
             "".join(json.dumps({"index": i, "sample": 0, "won": w}) + "\n" for i, w in enumerate(won)))
     (run / "run_meta.json").write_text(json.dumps({"source": {"commit": "abc", "dirty": False}}))
-    (run / "alprl_config.yaml").write_text(yaml.safe_dump({"env": {"think_history": "strip" if strip else "keep"}}))
+    for step in (1, 2):  # as every checkpoint keeps the run config
+        (run / "checkpoints" / f"step_{step}").mkdir(parents=True)
+        (run / "checkpoints" / f"step_{step}" / "alprl_config.yaml").write_text(
+            yaml.safe_dump({"env": {"think_history": ("strip" if strip else "keep") if step == 2 else "old"}}))
     return run
 
 
