@@ -2,7 +2,8 @@
 
     python bench/traces_cost.py --baseline runs/keep_demo --run runs/strip_demo --out docs/performance/traces.json
 
-For each run: held-out success at its first and last evaluation with the paired change and its 95% bootstrap
+For each run: its warm start's SFT sequences (one per trace), expert success and final loss where its folder is
+at hand, held-out success at its first and last evaluation with the paired change and its 95% bootstrap
 interval over tasks (the run report's "Held-out change"), and per-step means of what a trace costs: rows and tokens
 each forward runs over (`perf/batch_tokens`: a trace repeats its history in its prompt), traces per episode,
 compactions and the prompt tokens they took out, sampled tokens, episodes the context cut short
@@ -51,7 +52,10 @@ def summarize(run: Path) -> dict[str, Any]:
     meta = json.loads((run / "run_meta.json").read_text()) if (run / "run_meta.json").is_file() else {}
     saved = sorted(run.glob("checkpoints/step_*/alprl_config.yaml"), key=lambda p: int(p.parent.name[5:]))
     config = yaml.safe_load(saved[-1].read_text()) if saved else {}  # the run config every checkpoint keeps
+    start = Path(_setting(config, "model.path") or _setting(config, "sft.output_dir") or "") / "sft_meta.json"
+    warm = json.loads(start.read_text()) if start.is_file() else {}  # the warm start's own facts, where it is here
     return {"run": str(run), "source": meta.get("source"), "steps": len(steps),
+            "warm_start": {k: warm[k] for k in ("num_examples", "expert_success", "final_loss") if k in warm},
             "settings": {k: _setting(config, k) for k in SETTINGS},
             "held_out": {"first_step": first, "last_step": last, **change}, "step_means": means}
 
