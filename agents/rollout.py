@@ -400,7 +400,7 @@ def _absorb(traj: Trajectory, step: tuple, episode: _Episode, history: EpisodeHi
         return False
     obs_ids = capped_observation_ids(agent, obs, limits.max_obs_tokens)
     if history is not None:  # a prompt that does not extend the stream starts a trace, the observation in its prompt
-        episode.rules.observe(history, obs, limits.max_obs_tokens)
+        episode.rules.record_observation(history, obs, limits.max_obs_tokens)
         nxt = episode.rules.next_prompt(traj, history, obs_ids)
         if nxt is not None:
             shown = len(traj.prompt_ids) + len(traj.response_ids) + len(obs_ids)

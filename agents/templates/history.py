@@ -154,7 +154,7 @@ class HistoryRules:
         messages = self.agent.messages(first_obs) if self.policy.think_history == "strip" else []
         return EpisodeHistory(messages, list(prompt_ids))
 
-    def observe(self, history: EpisodeHistory, obs: str, cap: int) -> None:
+    def record_observation(self, history: EpisodeHistory, obs: str, cap: int) -> None:
         """An observation the episode goes on after, capped at `cap` tokens as the rollout appended it."""
         if self.policy.think_history == "strip":
             history.tool_contents.append(self.agent.shown_tool_content(obs, cap))

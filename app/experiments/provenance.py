@@ -7,8 +7,8 @@ records make both checkable:
   with no tracked file changed; otherwise the command is refused in one line before anything starts, unless
   `--exploratory`, which experiment.json records (`exploratory`: why) so that no verdict rests on those cells.
 - **declaration** (`declaration`): experiment.json's `declared` block, written before the first cell starts, holds
-  the hash of what the report will judge (the suite, its arms, its comparisons, the primary family and the cells'
-  names), the time it was first written and the source commit. A rerun keeps it while the hash holds; a plan whose
+  the hash of what the report will judge (the suite, its arms, its comparisons and the primary family; more seeds
+  of them keep it), the time it was first written and the source commit. A rerun keeps it while the hash holds; a plan whose
   judged part changed after a cell finished is refused (a claim re-declared after seeing results is not declared
   before them); before any cell finished it is declared anew. An experiment begun before these records existed is
   declared at its next run with `after_cells`, the cells that had finished by then.
@@ -29,8 +29,9 @@ from trainer.config.errors import ConfigError
 from trainer.runtime.run_meta import PROJECT_ROOT, source_commit
 
 MAIN_BRANCH = "main"
-JUDGED_KEYS = ("suite", "arms", "comparisons", "primary", "cells")
-"""The parts of experiment.json the declaration's hash covers: what the report's verdicts are about."""
+JUDGED_KEYS = ("suite", "arms", "comparisons", "primary")
+"""The parts of experiment.json the declaration's hash covers: what the report's verdicts are about. Not the cells:
+more seeds of the same comparisons (a suite run again with --seeds 0,1,2 after 0,1) keep the declaration."""
 
 
 def on_main(commit: str, root: Path = PROJECT_ROOT) -> bool:
@@ -85,10 +86,10 @@ def declaration(described: dict[str, Any], previous: dict[str, Any] | None, sour
     if before and before.get("hash") == digest:
         return before
     if before and cells_finished:
-        raise ConfigError(f"the experiment in this --out has {cells_finished} finished cell(s) and its compared arms, "
-                          "primary comparisons or cells changed since they ran: a comparison declared after its "
-                          "results is not declared before them; keep the plan as it was, or start a new experiment "
-                          "in another --out")
+        raise ConfigError(f"the experiment in this --out has {cells_finished} finished cell(s) and its arms, "
+                          "comparisons or primary family changed since they ran: a comparison declared after its "
+                          "results is not declared before them; keep them as they were (more seeds are fine), or "
+                          "start a new experiment in another --out")
     at = (now or datetime.now(UTC)).isoformat(timespec="seconds")
     out = {"hash": digest, "at": at, "commit": source.get("commit")}
     # an experiment begun before declarations were recorded: declared now, and saying so

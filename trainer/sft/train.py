@@ -84,7 +84,7 @@ def episode_sequences(agent: Agent, ep: ExpertEpisode, eos_id: int, max_obs_toke
         traj.append_turn(ids, [0.0] * len(ids), state="")
         if i < len(ep.observations):
             obs_ids = capped_observation_ids(agent, ep.observations[i], max_obs_tokens)
-            rules.observe(history, ep.observations[i], max_obs_tokens)
+            rules.record_observation(history, ep.observations[i], max_obs_tokens)
             if (nxt := rules.next_prompt(traj, history, obs_ids)) is not None:
                 traj.start_trace(*nxt)
             else:

@@ -64,11 +64,11 @@ def test_the_declaration_is_kept_while_the_plan_holds_and_refused_once_results_e
     then = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
     first = declaration(plan, None, CLEAN, cells_finished=0, now=then)
     assert first == {"hash": judged_hash(plan), "at": "2026-12-07T12:00:00+00:00", "commit": CLEAN["commit"]}
-    kept = declaration({**plan, "steps": 8}, {"declared": first}, CLEAN, cells_finished=1)  # not judged: kept
-    assert kept == first
+    more_seeds = {**plan, "steps": 8, "cells": [{"name": "a__s__seed0"}, {"name": "a__s__seed1"}]}
+    assert declaration(more_seeds, {"declared": first}, CLEAN, cells_finished=1) == first  # not judged: kept
     changed = {**plan, "primary": []}
     assert declaration(changed, {"declared": first}, CLEAN, cells_finished=0)["hash"] != first["hash"]
-    with pytest.raises(ConfigError, match="1 finished cell.*changed since they ran"):
+    with pytest.raises(ConfigError, match="1 finished cell.*primary family changed since they ran"):
         declaration(changed, {"declared": first}, CLEAN, cells_finished=1)
     late = declaration(plan, {}, CLEAN, cells_finished=3, now=then)  # begun before declarations were recorded
     assert late["after_cells"] == 3
