@@ -193,14 +193,14 @@ class HistoryRules:
         as_observation = self.agent.observation_ids  # a line or summary, shown as the agent shows output
         size = len(history.opening) + sum(len(t) + len(o) for t, o in rounds)
         if self.policy.context == "drop_tool_outputs":  # oldest outputs first, never the last one
-            placeholder = as_observation(DROPPED_OUTPUT)
+            dropped_line = as_observation(DROPPED_OUTPUT)
             for n in range(len(rounds) - 1):
                 if size <= target:
                     break
                 turn, obs = rounds[n]
-                if len(obs) > len(placeholder):  # the line is shorter than what it replaces
-                    size += len(placeholder) - len(obs)
-                    rounds[n] = (turn, placeholder)
+                if len(obs) > len(dropped_line):  # the line is shorter than what it replaces
+                    size += len(dropped_line) - len(obs)
+                    rounds[n] = (turn, dropped_line)
         dropped = 0
         while dropped < len(rounds) - 1 and size > target:  # the latest round stays
             size -= sum(map(len, rounds[dropped]))

@@ -97,9 +97,9 @@ def test_drop_tool_outputs_replaces_the_oldest_outputs_first(qwen_tokenizer):
     whole, _ = tir_episode(tok, HistoryPolicy(), code=LONG)
     opening, stream_rounds = whole.prompt_ids, rounds_of(whole)
     agent = TIRAgent(tok, "simpletir")
-    placeholder = agent.observation_ids(DROPPED_OUTPUT)
+    dropped_line = agent.observation_ids(DROPPED_OUTPUT)
     turn, obs = stream_rounds[0]
-    assert len(obs) > 3 * len(placeholder)
+    assert len(obs) > 3 * len(dropped_line)
     budget = len(opening) + 4 * (len(turn) + len(obs)) + 16  # the fifth output passes it
     traj, _ = tir_episode(tok, HistoryPolicy(context="drop_tool_outputs", context_budget=budget), code=LONG)
     seen = len(traj.traces[0].turn_spans)
@@ -109,7 +109,7 @@ def test_drop_tool_outputs_replaces_the_oldest_outputs_first(qwen_tokenizer):
         head = opening + (agent.observation_ids(dropped_rounds_line(dropped)) if dropped else [])
         kept = stream_rounds[dropped:seen]
         for lines in range(len(kept)):
-            rounds = [(t, placeholder if n < lines else o) for n, (t, o) in enumerate(kept)]
+            rounds = [(t, dropped_line if n < lines else o) for n, (t, o) in enumerate(kept)]
             if head + [i for t, o in rounds for part in (t, o) for i in part] == prompt:
                 found.append((dropped, lines))
     assert len(found) == 1, found
