@@ -24,8 +24,8 @@ import yaml
 
 from evaluation.reports.run_report import eval_changes, read_jsonl
 
-STEP_KEYS = ("perf/batch_tokens", "rollout/traces_per_episode", "rollout/compactions", "rollout/compacted_tokens",
-             "rollout/sampled_tokens", "rollout/infra_failures/context_overflow", "rollout/reward", "perf/step_s",
+STEP_KEYS = ("perf/batch_tokens", "rollout/traces_per_episode", "rollout/turns", "rollout/compactions",
+             "rollout/compacted_tokens", "rollout/sampled_tokens", "rollout/infra_failures/context_overflow", "rollout/reward", "perf/step_s",
              "perf/rollout_s", "perf/update_s")
 COST_KEYS = ("perf/batch_tokens", "perf/step_s", "perf/rollout_s", "perf/update_s", "rollout/sampled_tokens")
 SETTINGS = ("env.think_history", "env.context", "env.context_budget", "env.style", "model.path", "model.chat_template",
