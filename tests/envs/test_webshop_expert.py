@@ -114,7 +114,7 @@ def test_reader_wins_without_knowing_the_target():
     for k in range(300):
         env.reset(options={"task_id": k})
         wins.append(_play_reader(env, _blind(env.shop))["won"])
-    assert np.mean(wins) >= 0.92  # measured 0.935 over 1,000 train goals; the rest lack a fitting product
+    assert np.mean(wins) >= 0.92  # measured 0.941 over 1,000 train goals; the rest lack a fitting product
 
 
 def test_reader_buying_another_product_whose_title_shares_no_noun_loses():
