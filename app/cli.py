@@ -18,6 +18,7 @@ from app.check_template import add_check_template_parser, run_check_template_com
 from app.env_serve import add_env_parser, run_env_command
 from app.eval_cli import add_eval_parser, run_eval_command
 from app.experiments.run import add_experiment_parser, run_experiment_command
+from app.serve import add_serve_parser, run_serve_command
 from app.stop_guard import StopGuard, guarded
 from trainer.config.errors import ConfigError
 from trainer.config.train_config import TrainConfig, field_docs, to_dict
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_experiment_parser(sub)
     add_check_template_parser(sub)
     add_env_parser(sub)
+    add_serve_parser(sub)
     sub.add_parser("sandbox", help="the code-execution service (alprl sandbox serve --help)", add_help=False)
     return parser
 
@@ -369,6 +371,7 @@ COMMANDS = {
     "robustness": run_robustness_command,
     "check-template": run_check_template_command,
     "env": run_env_command,
+    "serve": run_serve_command,
 }
 """Each subcommand's entry point (`sandbox` is handed to the sandbox's own CLI before argparse)."""
 

@@ -94,17 +94,23 @@ def _one_line(exc: BaseException) -> str:
 
 
 def build_engine(plan):
-    """The engine of the plan's config: vLLM loads the weights itself (no copy here); transformers gets the model."""
+    """The engine of the plan's config (`engine_for`)."""
+    return engine_for(plan.config, plan.model)
+
+
+def engine_for(config, model_dir):
+    """(engine, tokenizer) of `config.rollout` (its engine kind resolved) for the model in `model_dir`: vLLM loads
+    the weights itself (no copy here); transformers gets the model. `alprl serve` starts its engine here too."""
     from agents.engines import make_engine
     from agents.models import load_model_and_tokenizer, load_tokenizer
 
-    r = plan.config.rollout
+    r = config.rollout
     if r.engine == "vllm":
-        model, tokenizer = None, load_tokenizer(plan.model)
+        model, tokenizer = None, load_tokenizer(model_dir)
     else:
-        model, tokenizer = load_model_and_tokenizer(plan.model)
-    engine = make_engine(r.engine, model, tokenizer, model_path=plan.model, dtype=r.dtype,
-                         temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=plan.config.seed,
+        model, tokenizer = load_model_and_tokenizer(model_dir)
+    engine = make_engine(r.engine, model, tokenizer, model_path=model_dir, dtype=r.dtype,
+                         temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=config.seed,
                          schedule=r.schedule,
                          gpu_memory_utilization=r.gpu_memory_utilization,
                          tensor_parallel_size=r.tensor_parallel_size, quantization=r.quantization or None,

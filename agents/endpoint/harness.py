@@ -28,7 +28,9 @@ import asyncio
 import importlib
 import inspect
 import math
+import os
 import secrets
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -89,10 +91,14 @@ HarnessFn = Callable[[HarnessTask, str, str], Awaitable[Any]]
 
 
 def load_harness(spec: str) -> HarnessFn:
-    """The async function `module:function` names; a ValueError that names the key and what is wrong."""
+    """The async function `module:function` names, the module found on `sys.path` or in the working directory (a
+    console script's path starts at its own bin directory, not where the user runs it); a ValueError that names the
+    key and what is wrong."""
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ValueError(f"env.harness={spec!r}: expected module:function, e.g. my_agents.tir:play")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())  # appended: a module of the working directory never shadows an installed one
     try:
         fn = getattr(importlib.import_module(module), name, None)
     except Exception as err:  # the user's module failed to import: say so, with its own error

@@ -97,7 +97,8 @@ def completion_response(call_id: str, model: str, s: Sampled, logprobs: dict[str
 
 def chat_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
     """A finished chat completion as the chunks of a stream (`stream=true`): the message in one delta, then the
-    finish reason, then usage; the sampling itself is not streamed."""
+    finish reason, then usage; the sampling itself is not streamed. With `return_token_ids` the first chunk carries
+    the sampled ids in its choice's `token_ids` and the prompt's in `prompt_token_ids`, as vLLM streams them."""
     choice = response["choices"][0]
     message = choice["message"]
     delta: dict[str, Any] = {"role": "assistant", "content": message["content"] or ""}
@@ -105,8 +106,13 @@ def chat_chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
         delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
     head = {k: response[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     first = {"index": 0, "delta": delta, "logprobs": choice["logprobs"], "finish_reason": None}
+    first_head = dict(head)
+    if "token_ids" in choice:
+        first["token_ids"] = choice["token_ids"]
+        first_head["prompt_token_ids"] = response["prompt_token_ids"]
     last = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
-    return [head | {"choices": [first]}, head | {"choices": [last]}, head | {"choices": [], "usage": response["usage"]}]
+    return [first_head | {"choices": [first]}, head | {"choices": [last]},
+            head | {"choices": [], "usage": response["usage"]}]
 
 
 def model_list(model: str, max_model_len: int) -> dict[str, Any]:
