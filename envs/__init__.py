@@ -20,6 +20,9 @@ _register("alprl/Household-v0", "envs.household:HouseholdEnv")
 _register("alprl/WebShop-v0", "envs.webshop:WebShopEnv")
 # ---- end of Household / WebShop registrations ----
 
+# BFCL's multi-turn categories on the bfcl-eval package's data, simulators and checker (envs/bfcl/)
+_register("alprl/BFCL-v0", "envs.bfcl:BFCLEnv")
+
 # Adapters to the real environments (envs/adapters/): they need what cannot be fetched here (the `alfworld` package
 # and its game files; a running WebShop server), so creating one without it raises AdapterUnavailable.
 _register("alprl/ALFWorld-v0", "envs.adapters.alfworld:ALFWorldEnv")
