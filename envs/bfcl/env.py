@@ -15,6 +15,8 @@ from .data import CATEGORIES, check_category, entries, ground_truth, openai_tool
 from .session import MAX_STEPS_PER_TURN, Session
 
 MAX_TEXT = 65536
+MAX_ACTION = 8192
+"""A model turn's characters: function calls, far under a turn's token budget."""
 TRUNC_MARKER = "\n[... truncated]"
 ADDED_FUNCTIONS_MESSAGE = "I have updated some more functions you can choose from. What about now?"
 """The user message of a miss_func turn that adds the held-out functions (BFCL's
@@ -35,7 +37,7 @@ class BFCLEnv(gym.Env[str, str]):
     miss_func's added-functions turn: `info["tools_changed"]`).
 
     ## Action
-    The model's turn as text. Every `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block is a call
+    The model's turn as text (`UnicodeText(8192)`; a longer string is read all the same). Every `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block is a call
     (hermes, the format of Qwen's chat templates); a turn with none ends the current user turn. Malformed blocks are
     reported in the observation and `info["invalid_calls"]`.
 
@@ -69,7 +71,7 @@ class BFCLEnv(gym.Env[str, str]):
         self.categories = tuple(check_category(c) for c in (categories or CATEGORIES))
         self.split = check_split(split)
         self.max_steps_per_turn = max_steps_per_turn
-        self.observation_space, self.action_space = UnicodeText(MAX_TEXT), UnicodeText(MAX_TEXT)
+        self.observation_space, self.action_space = UnicodeText(MAX_TEXT), UnicodeText(MAX_ACTION)
         self.session: Session | None = None
         self._obs = ""
         self._steps = 0
