@@ -14,11 +14,11 @@ import string
 from dataclasses import dataclass
 
 from envs.splits import derive_seed
+from envs.webshop_defaults import DEFAULT_NUM_PRODUCTS
 
 from .search import BM25Index, tokenize
 from .taxonomy import BENEFITS, CATEGORIES, PRAISE, TYPES, ProductType
 
-DEFAULT_NUM_PRODUCTS = 1000
 _ASIN_CHARS = string.ascii_uppercase + string.digits
 _SYLLABLES = ("ka", "lo", "mi", "zen", "tra", "vo", "lu", "ne", "ori", "pa", "qui", "sto", "vi", "xa", "bel",
               "cor", "dra", "fi", "gal", "hy", "jo", "mar", "nox", "pel", "sol", "tek", "ul", "wen", "yo", "zi")

@@ -9,10 +9,11 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from envs.splits import check_split, derive_seed, global_index, split_size, task_id_of_index
+from envs.webshop_defaults import DEFAULT_NUM_PRODUCTS
 
 from ..household.env import CHARSET, MAX_TEXT, clip_text
 from . import pages
-from .catalog import DEFAULT_NUM_PRODUCTS, get_catalog
+from .catalog import get_catalog
 from .expert import rollout_oracle
 from .goals import sample_goal
 from .session import Shop, ShopState

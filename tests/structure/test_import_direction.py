@@ -127,3 +127,17 @@ def test_the_checks_catch_an_upward_import(tmp_path):
                       "agents/__init__.py": "", "agents/rollout.py": "run = 1\n"})
     graph = import_graph(tmp_path, ["envs", "agents"])
     assert layer_violations(graph, ["envs", "agents"]) == ["envs.e imports agents", "envs.e imports agents.rollout"]
+
+
+def test_importing_the_config_loads_no_env():
+    # the config's defaults come from leaf modules (envs/tir_defaults.py, envs/webshop_defaults.py); a fresh
+    # interpreter, since this process has loaded the envs already
+    import subprocess
+    import sys
+
+    code = ("import sys, trainer.config.train_config\n"
+            "loaded = [m for m in sys.modules if m.startswith(('envs.webshop.', 'envs.household.', 'envs.tir.', "
+            "'envs.bfcl.'))]\nassert not loaded, loaded\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

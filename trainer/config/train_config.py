@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from envs.tir_defaults import DEFAULT_DIFFICULTY, DEFAULT_MAX_TURNS, DEFAULT_SANDBOX_RETRY_S, DEFAULT_STYLE
-from envs.webshop.catalog import DEFAULT_NUM_PRODUCTS
+from envs.webshop_defaults import DEFAULT_NUM_PRODUCTS
 from sandbox.settings import RUN_TIMEOUT_S
 from trainer.config.algo_config import AlgoConfig, PerturbConfig
 from trainer.config.dist_config import DistributedConfig
