@@ -25,6 +25,7 @@ end-of-turn token, it leaves the transcript holding the ids `apply_chat_template
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -131,6 +132,36 @@ def tool_turn_template(tokenizer: PreTrainedTokenizerBase) -> tuple[str, str] | 
         return None
     before, rest = after[len(end):].split(_TOOL_MARK, 1)
     return before, rest
+
+
+def continuation_ids(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, Any]]) -> list[int] | None:
+    """Token ids of what the chat template writes after an assistant turn's end-of-turn token for `messages` (tool
+    results, a next user message) through the next generation prompt: the template's own ids where no content holds
+    a special-token spelling, else each content encoded as text; None when the template cannot render them after
+    an assistant turn (no template, no end-of-turn token, a refusal)."""
+    turn_end = template_end_of_turn_id(tokenizer)
+    if turn_end is None or not messages:
+        return None
+    marks = [f"\x00alprl-{i}\x00" for i in range(len(messages))]
+    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _MARK},
+                    *({**m, "content": mark} for m, mark in zip(messages, marks, strict=True))]
+    try:
+        rendered = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    except Exception:  # a template that refuses these roles
+        return None
+    end = tokenizer.convert_ids_to_tokens(turn_end)
+    after = rendered.split(_MARK, 1)[1] if isinstance(rendered, str) and rendered.count(_MARK) == 1 else ""
+    if not after.startswith(end) or not all(after.count(mark) == 1 for mark in marks):
+        return None
+    rest, ids = after[len(end):], []
+    if not _holds_control_text(tokenizer, (m["content"] for m in messages)):  # the plain path: the template's ids
+        for message, mark in zip(messages, marks, strict=True):  # (the span starts after a control token, so it
+            rest = rest.replace(mark, message["content"], 1)  # is encoded on its own in the whole rendering too)
+        return list(tokenizer.encode(rest, add_special_tokens=False))
+    for message, mark in zip(messages, marks, strict=True):
+        template_part, rest = rest.split(mark, 1)
+        ids += tokenizer.encode(template_part, add_special_tokens=False) + encode_text(tokenizer, message["content"])
+    return ids + tokenizer.encode(rest, add_special_tokens=False)
 
 
 def tool_turn_ids(tokenizer: PreTrainedTokenizerBase, template: tuple[str, str], content: str) -> list[int]:

@@ -21,8 +21,10 @@ from typing import Any
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
+from agents.bfcl_agent import BFCL_SYSTEM_PROMPT, BFCLAgent
 from agents.experts import (
     ExpertPlayer,
+    play_bfcl_expert,
     play_household_expert,
     play_math_expert,
     play_tir_expert,
@@ -42,6 +44,8 @@ from agents.tir_agent import SingleTurnMathAgent, TIRAgent
 from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent
 from envs import ADAPTER_TWINS  # (importing envs registers the alprl/* environments)
 from envs.adapters.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES
+from envs.bfcl.data import CATEGORIES as BFCL_CATEGORIES
+from envs.bfcl.data import entries as bfcl_entries
 from envs.household import TASK_TYPES as HOUSEHOLD_TASK_TYPES
 from envs.splits import SPLIT_SIZES, check_split
 from envs.tir.problems import ProblemSource
@@ -79,6 +83,9 @@ class EnvEntry:
     """The env serves math problems from files (`env.dataset`, `env.eval_dataset`; `envs/tir/problems.py`)."""
     multi_turn: bool = True
     """An episode can take several turns (step-level advantages such as GiGPO's need more than one step)."""
+    test_size: Callable[[Any], int] | None = None
+    """env_cfg → the test split's size where the env brings its own tasks (BFCL's entries); None: alprl's split
+    sizes (`envs.splits.SPLIT_SIZES`)."""
 
     def make_agent(self, tokenizer: PreTrainedTokenizerBase, style: str = DEFAULT_STYLE) -> Agent:
         return self.agent_class(tokenizer, style=style) if self.styled else self.agent_class(tokenizer)
@@ -123,6 +130,11 @@ ENTRIES: tuple[EnvEntry, ...] = (
              | _step_limit(e), task_types=tuple(ALFWORLD_TASK_TYPES), **_HOUSEHOLD),
     EnvEntry("alprl/WebShopServer-v0", "webshop-server",
              env_kwargs=lambda e: {"server_url": e.webshop_url or None} | _step_limit(e), **_WEBSHOP),
+    # BFCL's multi-turn categories (task types); the ground-truth player is the warm start's expert
+    EnvEntry("alprl/BFCL-v0", "bfcl", BFCLAgent,
+             lambda e: {"categories": list(e.task_types) or None, "observation": "messages"},
+             lambda style: BFCL_SYSTEM_PROMPT, expert=play_bfcl_expert, task_types=BFCL_CATEGORIES,
+             test_size=lambda e: sum(len(bfcl_entries(c)) for c in (e.task_types or BFCL_CATEGORIES))),
     # any OpenEnv server: a plain one-action-per-line agent, no expert (start from a model), no projection
     EnvEntry("alprl/OpenEnv-v0", "openenv", OpenEnvAgent,
              lambda e: {"base_url": e.openenv.url or None, "action_field": e.openenv.action_field,
@@ -204,9 +216,12 @@ def problem_count(env_cfg: Any, split: str) -> int | None:
     """Problems in `split` of the configured env: a split served from a dataset file has its row count (loading
     the file, once per process), a generated one `envs.splits.SPLIT_SIZES` (test 500, valid 1000); None for the
     open-ended generated train split. Raises `envs.datasets.DatasetError` for a file that cannot be used."""
-    if env_entry(env_cfg.id).datasets and (env_cfg.dataset or env_cfg.eval_dataset):
+    entry = env_entry(env_cfg.id)
+    if entry.datasets and (env_cfg.dataset or env_cfg.eval_dataset):
         files = {k: v for k, v in _problem_kwargs(env_cfg).items() if k not in ("difficulty", "task_types")}
         return ProblemSource(**files).size(split)  # sizes do not depend on the generator's filters
+    if entry.test_size is not None and check_split(split) == "test":
+        return entry.test_size(env_cfg)
     return SPLIT_SIZES[check_split(split)]
 
 

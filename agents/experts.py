@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 
 from agents.household_agent import command_turn
+from envs.bfcl.expert import expert_turns as bfcl_expert_turns
 from envs.household import expert_action as household_expert
 from envs.splits import derive_seed, sft_index
 from envs.tir.expert import expert_turns, single_turn_reply, with_thinking
@@ -139,3 +140,19 @@ def play_webshop_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
                               wrong_option_p=cfg.env.expert_wrong_option_p, privileged=cfg.env.expert_privileged)
 
     return _play_commands(env, question, act, clicked_as_shown)
+
+
+def play_bfcl_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
+    """One BFCL episode of the ground-truth player (envs/bfcl/expert.py): each user turn answered with its
+    ground-truth calls, then a reply without a call; BFCL ships no imperfect play to learn from, so the warm start
+    is this, on the entries the train split wraps around (the benchmark itself: a run fits it, documented)."""
+    question = sft_reset(env, index)
+    session = env.unwrapped.session
+    turns = [turn for user_turn in bfcl_expert_turns(session.entry, session.truth) for turn in user_turn]
+    observations, reward = [], 0.0
+    for turn in turns:
+        obs, reward, terminated, truncated, _ = env.step(turn)
+        if terminated or truncated:
+            break
+        observations.append(obs)
+    return ExpertEpisode(question, turns[: len(observations) + 1], observations, float(reward))

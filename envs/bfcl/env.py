@@ -52,10 +52,14 @@ class BFCLEnv(gym.Env[str, str]):
 
     ## Arguments
     - `categories`: BFCL categories drawn from (base, miss_func, miss_param, long_context; default all four).
-    - `split`: default split. BFCL ships only an evaluation set, so every split holds the same entries (ids
-      0..N-1 over the categories in order, N = 200 a category; train and valid the same, for runs that fit the
-      benchmark itself), past the 500 ids of alprl's generated test splits.
+    - `split`: default split. BFCL ships only an evaluation set, so every split holds the same entries: test ids
+      0..N-1 over the categories in order (N = 200 a category, past the 500 ids of alprl's generated test splits);
+      train and valid ids wrap around them (id mod N), for runs that fit the benchmark itself.
     - `max_steps_per_turn`: BFCL's step limit (20).
+    - `observation`: "text" (above) or "messages": each observation is `info["messages"]` as JSON (the first one
+      `{"tools": ..., "messages": ...}`), for an agent that renders them with a chat template
+      (agents/bfcl_agent.py); miss_func's added functions are then listed in that turn's user message (BFCL's
+      prompting-mode message), so the conversation only grows.
 
     `reset(options={"task_id": k, "task_type": category, "split": s})`: entry k of the categories (of one category
     with `task_type`), drawn from `np_random` without task_id.
@@ -64,9 +68,12 @@ class BFCLEnv(gym.Env[str, str]):
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(self, render_mode: str | None = None, *, categories: list[str] | None = None, split: str = "test",
-                 max_steps_per_turn: int = MAX_STEPS_PER_TURN) -> None:
+                 max_steps_per_turn: int = MAX_STEPS_PER_TURN, observation: str = "text") -> None:
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode={render_mode!r}: BFCLEnv supports None or 'ansi'")
+        if observation not in ("text", "messages"):
+            raise ValueError(f"observation={observation!r}: use 'text' or 'messages'")
+        self.observation = observation
         self.render_mode = render_mode
         self.categories = tuple(check_category(c) for c in (categories or CATEGORIES))
         self.split = check_split(split)
@@ -90,6 +97,8 @@ class BFCLEnv(gym.Env[str, str]):
         if "index" in options and "task_id" not in options:
             options["task_id"] = task_id_of_index(split, options["index"])
         task_id = int(options["task_id"]) if "task_id" in options else int(self.np_random.integers(len(pool)))
+        if split != "test" and task_id >= 0:  # train and valid are open-ended: ids wrap around the entries
+            task_id %= len(pool)
         if not 0 <= task_id < len(pool):
             raise ValueError(f"options['task_id']={task_id} is outside BFCL's {len(pool)} entries of "
                              f"{options.get('task_type') or ', '.join(self.categories)}")
@@ -102,8 +111,20 @@ class BFCLEnv(gym.Env[str, str]):
         self._task_id = f"{split}/{task_id}"
         self._steps = 0
         messages = self._turn_messages()
-        self._set_obs([m["content"] for m in messages])
+        if self.observation == "messages":  # the opening: the tools too, so the first prompt needs no info
+            self._set_obs([json.dumps({"tools": self._tools, "messages": messages})])
+        else:
+            self._set_obs([m["content"] for m in messages])
         return self._obs, self._info(messages, tools_changed=True)
+
+    def _show(self, messages: list[dict[str, Any]], lines: list[str]) -> None:
+        """The observation: `lines` as text, or the messages as JSON (`observation="messages"`, each content cut to
+        its share of the observation's length, so the JSON stays whole)."""
+        if self.observation == "messages":
+            share = MAX_TEXT // max(1, len(messages)) - 200
+            messages = [m | {"content": m["content"][:share]} for m in messages]
+            lines = [json.dumps(messages)]
+        self._set_obs(lines)
 
     def _set_obs(self, lines: list[str]) -> None:
         text = utf8_clean("\n".join(lines))
@@ -116,6 +137,8 @@ class BFCLEnv(gym.Env[str, str]):
         if added:
             self._functions.extend(added)
             self._tools = openai_tools(self._functions)
+            if self.observation == "messages":  # BFCL's prompting-mode message: the functions, then the line
+                return [{"role": "user", "content": json.dumps(openai_tools(added)) + "\n" + ADDED_FUNCTIONS_MESSAGE}]
             return [{"role": "user", "content": ADDED_FUNCTIONS_MESSAGE}]
         return [dict(m) for m in s.entry["question"][s.turn]]
 
@@ -133,7 +156,7 @@ class BFCLEnv(gym.Env[str, str]):
             messages = [{"role": "tool", "name": name, "tool_call_id": str(k), "content": result}
                         for k, ((name, _), result) in enumerate(zip(calls, results, strict=True))]
             lines = [f"{text} -> {result}" for text, result in zip(strings, results, strict=True)]
-            self._set_obs(lines + [f"invalid tool call: {reason}" for reason in bad])
+            self._show(messages, lines + [f"invalid tool call: {reason}" for reason in bad])
             if s.steps > self.max_steps_per_turn:
                 s.force_quit = True
                 return self._end(truncated=True, messages=messages, bad=bad)
@@ -142,7 +165,7 @@ class BFCLEnv(gym.Env[str, str]):
             return self._end(truncated=False, messages=[], bad=bad)
         tools_before = len(self._functions)
         messages = self._turn_messages()
-        self._set_obs([m["content"] for m in messages] + [f"invalid tool call: {r}" for r in bad])
+        self._show(messages, [m["content"] for m in messages] + [f"invalid tool call: {r}" for r in bad])
         return self._obs, 0.0, False, False, self._info(messages, bad=bad,
                                                         tools_changed=len(self._functions) != tools_before)
 

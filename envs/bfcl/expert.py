@@ -25,14 +25,18 @@ def _named(call: str, docs: dict[str, dict[str, Any]]) -> tuple[str, dict[str, A
     return name, args
 
 
+CLOSING_TURN = "Done."
+"""The ground-truth player's reply without a call, which ends a user turn."""
+
+
 def expert_turns(entry: dict[str, Any], truth: list[list[str]]) -> list[list[str]]:
     """Per user turn, the model turns of the ground-truth player: one with every call (none where the ground truth
-    has none), then an empty one that ends the user turn."""
+    has none), then a reply without a call (`CLOSING_TURN`) that ends the user turn."""
     docs = {d["name"]: d for d in entry["function"]}
     for added in entry.get("missed_function", {}).values():
         docs |= {d["name"]: d for d in added}
     turns = []
     for calls in truth:
         text = "".join(hermes_text(*_named(c, docs)) for c in calls)
-        turns.append([text, ""] if text else [""])
+        turns.append([text, CLOSING_TURN] if text else [CLOSING_TURN])
     return turns

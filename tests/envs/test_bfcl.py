@@ -67,7 +67,7 @@ def test_a_turn_without_calls_where_bfcl_expects_calls_fails_only_from_that_turn
     env = BFCLEnv(categories=["base"])
     env.reset(options={"task_id": 0})
     turns = expert_turns(env.session.entry, env.session.truth)
-    turns[1] = [""]  # skip the second user turn's calls
+    turns[1] = ["Done."]  # skip the second user turn's calls
     reward, info, _ = _play(env, turns)
     assert reward == 0.0 and info["turn_verdicts"][0] is True and info["turn_verdicts"][1] is False
     assert info["bfcl"]["error_type"] == "multi_turn:empty_turn_model_response"
