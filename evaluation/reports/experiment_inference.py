@@ -20,8 +20,8 @@ and which training run the seed produced (run-to-run noise; in these suites the 
   per-seed differences; never below 2^(1−S), so under six seeds it cannot reach 0.05.
 - **evaluation only**: seeds held fixed, tasks resampled within each seed (95% percentile interval): how much of
   the interval is the evaluation's alone, for these particular trained runs.
-With one seed no run-to-run noise is measured and no verdict is given. An arm's own success keeps the two-stage
-interval over runs (`interval_summary`): no verdict rests on it.
+With one seed no run-to-run noise is measured and no verdict is given. An arm's own success is read the same way
+(its interval over runs the few-cluster t, the two-stage one beside it), though no verdict rests on it.
 
 Verdicts: a suite declares its primary comparisons (the paper's claim, app/experiments/suites.py) before it runs; Holm's
 step-down correction (Holm 1979, Scand. J. Statist. 6:65-70) runs over that family at α = 0.05 with each

@@ -198,6 +198,7 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
         t = a["training"]
         top_k = max(a["pass_at_k"], key=int)
         rows.append([name, _f(a["success"]), f"[{_f(a['ci_lo'])}, {_f(a['ci_hi'])}]",
+                     f"[{_f(a.get('previous_ci_lo'))}, {_f(a.get('previous_ci_hi'))}]",
                      f"[{_f(a.get('eval_ci_lo'))}, {_f(a.get('eval_ci_hi'))}]",
                      ", ".join(f"{v:.3f}" for v in a["per_seed"].values()), f"{_f(a['pass_at_k'][top_k])} (k={top_k})",
                      str(a["problems"]), _f(t["reward_mean"]), _f(t["reward_last"]), _f(t["mismatch_kl_mean"], ".2e"),
@@ -206,7 +207,8 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval over runs", "evaluation only", "per seed", "pass@k", "seed-task pairs",
+ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval over runs", "previous interval (two-stage)",
+              "evaluation only", "per seed", "pass@k", "seed-task pairs",
               "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "r_mis P98 (mean)",
               "loss ppo_kl (mean)", "update KL, clean k3 (mean)", "entropy (last)", "s/step"]
 """`loss ppo_kl` is the policy loss's own log-ratio mean, on the update forward (perturbed under ALP, so it carries
@@ -322,8 +324,8 @@ def _intro(data: dict[str, Any]) -> list[str]:
             "Cameron & Miller 2015, §VI), floored at the evaluation-only SE; beside it the previous interval "
             "(the two-stage bootstrap, seeds then tasks, which counts the tasks' noise twice; shown for one "
             "release), the sign-flip p-value over seeds and the evaluation-only interval (seeds held fixed); "
-            "differences are paired on the same seeds and tasks. An arm's interval over runs is the two-stage "
-            "one. Verdicts: Holm's correction over the suite's primary comparisons, the rest exploratory; a "
+            "differences are paired on the same seeds and tasks; an arm's success has the same three intervals. "
+            "Verdicts: Holm's correction over the suite's primary comparisons, the rest exploratory; a "
             "comparison that finds nothing reads \"no power\" where its detectable difference exceeds its "
             "paper's effect or 1 (evaluation/reports/experiment_inference.py)."]
 

@@ -5,8 +5,9 @@ and sample) are tagged with its seed, and a *problem* is a (seed, task) pair: ce
 same tasks with the same sampling seeds. What a cell contributes is its endpoint: its last held-out evaluation, or,
 in suites with periodic evaluation (the long ones), its records pooled over the evaluations in the second half of
 training (steps ≥ half the run), so that one evaluation's swing does not decide a run.
-- an arm's held-out success is the mean over its problems of the per-problem avg@n, with a hierarchical interval
-  (seeds, then tasks within them) and an evaluation-only one (seeds held fixed), and its per-seed means;
+- an arm's held-out success is the mean over its problems of the per-problem avg@n, with its interval over runs
+  (the few-cluster t over seeds), the previous two-stage one and an evaluation-only one (seeds held fixed), and its
+  per-seed means;
 - a comparison (arm − baseline) is paired on the problems both arms played: the per-problem differences, their
   interval over runs (the few-cluster t over seeds) with its SE and p-value, the sign-flip p-value over seeds, the
   previous two-stage interval and the evaluation-only one, per-seed differences; `judged` gives the verdicts (Holm
@@ -27,6 +28,7 @@ from typing import Any
 
 from evaluation.reports.experiment_inference import (
     NO_POWER,
+    cluster_summary,
     comparison_summary,
     corrected_verdicts,
     interval_summary,
@@ -75,19 +77,25 @@ def per_problem_success(records: Sequence[Record]) -> dict[str, float]:
 
 
 def arm_summary(records: Sequence[Record]) -> dict[str, Any]:
-    """Held-out success of one arm (its cells' tagged records): mean, hierarchical and evaluation-only intervals,
-    per seed, pass@k."""
+    """Held-out success of one arm (its cells' tagged records): mean, its interval over runs (the few-cluster t over
+    seeds, as a comparison's), the previous two-stage one and the evaluation-only one, per seed, pass@k."""
     groups = group_by_problem(records, "problem")
-    stats = interval_summary(per_problem_success(records))
+    success = per_problem_success(records)
+    stats, cluster = interval_summary(success), cluster_summary(success)
     n = min(len(g) for g in groups.values())
     wins = [sum(bool(r["won"]) for r in g[:n]) for g in groups.values()]
-    lo, hi = stats["ci"] or (None, None)
-    return {"success": stats["mean"], "ci_lo": None if lo is None else max(0.0, lo),
-            "ci_hi": None if hi is None else min(1.0, hi),  # a success rate's interval, cut to [0, 1]
+    (lo, hi), (previous_lo, previous_hi) = _rate(cluster["ci"]), _rate(stats["ci"])
+    return {"success": stats["mean"], "ci_lo": lo, "ci_hi": hi, "previous_ci_lo": previous_lo,
+            "previous_ci_hi": previous_hi,
             "eval_ci_lo": stats["eval_ci"][0], "eval_ci_hi": stats["eval_ci"][1], "problems": len(groups),
             "samples_per_task": n, "seeds": sorted({int(r["seed"]) for r in records}), "per_seed": stats["per_seed"],
             "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, c, k) for c in wins) for k in k_values(n)},
             "failures": failure_kinds(records), "by_task_type": by_task_type(records)}
+
+
+def _rate(interval: tuple[float, float] | None) -> tuple[float | None, float | None]:
+    """A success rate's interval, cut to [0, 1]; (None, None) without one (one seed)."""
+    return (None, None) if interval is None else (max(0.0, interval[0]), min(1.0, interval[1]))
 
 
 SIMPLETIR_RESULT = re.compile(r"Code execution result: ([^\n]*)")

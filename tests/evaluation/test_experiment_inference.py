@@ -26,7 +26,7 @@ from evaluation.reports.experiment_inference import (
     two_stage_variance,
 )
 from evaluation.reports.experiment_report import arm_records, finished_cells
-from evaluation.reports.experiment_stats import compare, judged, sentence, tag_problems
+from evaluation.reports.experiment_stats import arm_summary, compare, judged, sentence, tag_problems
 from evaluation.reports.paper_effects import paper_effect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -270,3 +270,18 @@ def test_a_finding_stays_a_finding_whatever_the_papers_effect():
     arm, base = _won([30, 28, 30, 29, 30]), _won([10, 12, 10, 11, 10])
     c = judged([compare(arm, base, "primary", paper=paper_effect("alp", "token_alp/lag2", "token_mis/lag2"))])[0]
     assert c["verdict"] == "better" and c["detectable"] > c["paper_effect"]
+
+
+def test_an_arms_interval_over_runs_is_the_few_cluster_t_with_the_two_stage_one_beside_it():
+    # 40 tasks × 10 samples a seed; half the tasks won 0, 2 and 1 times in 10 by seeds 0, 1, 2 and the other half
+    # 2 more: seed means 0.1, 0.3, 0.2, each with task variance 0.01. CR1 = sd(0.1, 0.3, 0.2) / √3 = 0.1 / √3 =
+    # 0.057735 over the floor √(0.01 / 40 / 3) = 0.0091; t_{2, 0.975} = 4.302653, so 0.2 ± 0.248414, cut at 0.
+    # Two-stage: (1/3)(0.02 / 3 + 0.01 / 40) · 3/2 = 0.0034583, SE 0.0588076, 0.2 ± 0.253029
+    records = []
+    for seed, low in enumerate((0, 2, 1)):
+        records += tag_problems([{"index": t, "won": i < low + 2 * (t % 2)} for t in range(40) for i in range(10)],
+                                seed)
+    arm = arm_summary(records)
+    assert arm["success"] == pytest.approx(0.2) and arm["per_seed"] == pytest.approx({"0": 0.1, "1": 0.3, "2": 0.2})
+    assert (arm["ci_lo"], arm["ci_hi"]) == pytest.approx((0.0, 0.448414), abs=1e-6)
+    assert (arm["previous_ci_lo"], arm["previous_ci_hi"]) == pytest.approx((0.0, 0.453029), abs=1e-6)
