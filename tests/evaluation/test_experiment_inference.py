@@ -25,7 +25,7 @@ from evaluation.reports.experiment_inference import (
     sign_flip_p,
     two_stage_variance,
 )
-from evaluation.reports.experiment_report import arm_records, finished_cells
+from evaluation.reports.experiment_report import arm_records, comparison_rows, finished_cells
 from evaluation.reports.experiment_stats import arm_summary, compare, judged, sentence, tag_problems
 from evaluation.reports.paper_effects import paper_effect
 
@@ -251,6 +251,8 @@ def test_a_two_seed_comparison_has_no_power_against_its_papers_effect():
     words = sentence("token_alp/lag2", "grpo/lag2", c, "demo")
     assert "untested for want of power" in words and "the design detects about ±0.704" in words
     assert "more than the paper's +0.030" in words and "inside the noise" not in words
+    row = comparison_rows([{"arm": "token_alp/lag2", "baseline": "grpo/lag2", **c}])[0]
+    assert row[-1] == "no power" and row[11] == "+0.030"  # report.md's verdict and paper's-effect columns
 
 
 def test_without_a_paper_effect_only_a_design_that_detects_nothing_under_1_has_no_power():
