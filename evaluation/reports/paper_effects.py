@@ -11,8 +11,10 @@ one method (the layers suite), its setting. A comparison with no entry has no pa
 
 The only table of the ALP paper's effects transcribed here is its multi-turn tool-integrated reasoning one
 (Qwen2.5-7B, average score; README of github.com/Chenluye99/Adaptive-Layerwise-Perturbation, arXiv 2603.19470),
-whose baseline is GSPO: it stands for GRPO here, and for the single-turn runs of the `alp` suite too. The other
-papers' comparisons (VESPO, VCPO, MIPU, the ablation and sensitivity grids) have no entry yet.
+whose baseline is GSPO: it stands for GRPO here, and for the single-turn runs of the `alp` suite too. MIPU's is
+its main table (FP8-quantized rollout, Pass@1 averaged over five math benchmarks; github.com/AnitaLeungxx/MIPU
+project page, arXiv 2606.29526), Qwen3-1.7B's row, held to every sampler precision of the `mismatch` suite's
+declared family. VESPO's, VCPO's and the ablation and sensitivity grids' comparisons have no entry yet.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ ALP_TIR_SCORES = {"seq_alp": 50.53, "token_alp": 49.62, "token_mis": 48.74, "seq
                   "grpo": 46.57}
 ALP_LAYERS = "ALP's layer-range ablation (multi-turn TIR, Qwen2.5-7B; Seq-ALP on layers 0-27, 23-27, 12-17, 0-5)"
 ALP_LAYER_SCORES = {"layers_all": 50.53, "layers_late": 48.66, "layers_middle": 48.51, "layers_early": 48.25}
+MIPU = "MIPU's main table (FP8 rollout, Qwen3-1.7B, Pass@1 average; its baseline stands for GRPO)"
+MIPU_SCORES = {"mipu": 53.97, "grpo": 50.86}
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,8 @@ PAPER_EFFECTS: dict[tuple[str, str, str], PaperEffect] = {
     **_table(("alp", "long", "alp_acting"), ALP_TIR_SCORES, ("token_alp", "seq_alp"), ALP_TIR),
     # ALP Table 4: every partial range against all layers
     **_table(("layers",), ALP_LAYER_SCORES, ("layers_early", "layers_middle", "layers_late"), ALP_LAYERS),
+    # MIPU's claim: better than its baseline under a quantized sampler
+    **_table(("mismatch",), MIPU_SCORES, ("mipu",), MIPU),
 }
 
 

@@ -233,7 +233,9 @@ def test_the_paper_effects_are_the_papers_scores_over_100():
     assert paper_effect("layers", "seq_alp/layers_early", "seq_alp/layers_all").effect == pytest.approx(-0.0228)
     assert paper_effect("alp", "grpo/lag2", "token_alp/lag2") is None  # the paper's claim runs one way
     assert paper_effect("alp_acting", "token_alp/lag4_rel0.1", "token_bypass/lag4_clip0.5-3_off") is None
-    assert paper_effect("mismatch", "mipu/quant_int4", "grpo/quant_int4") is None
+    mipu = paper_effect("mismatch", "mipu/quant_int4", "grpo/quant_int4")
+    assert mipu.effect == pytest.approx(0.0311) and "53.97 vs 50.86" in mipu.source
+    assert paper_effect("mismatch", "token_mis/quant_int4", "grpo/quant_int4") is None
 
 
 def test_a_two_seed_comparison_has_no_power_against_its_papers_effect():
