@@ -9,9 +9,10 @@ part, baseline part), a part being the arm's method ("token_alp/lag2" → "token
 one method (the layers suite), its setting. A comparison with no entry has no paper effect; the report then reads
 "no power" only where nothing under 1 is detectable.
 
-The only table of the ALP paper's effects transcribed here is its multi-turn tool-integrated reasoning one
+The ALP paper's effects are its multi-turn tool-integrated reasoning tables, the methods' and the layer ranges'
 (Qwen2.5-7B, average score; README of github.com/Chenluye99/Adaptive-Layerwise-Perturbation, arXiv 2603.19470),
-whose baseline is GSPO: it stands for GRPO here, and for the single-turn runs of the `alp` suite too. MIPU's is
+whose baseline is GSPO: it stands for GRPO here, and the methods' table for the single-turn runs of the `alp`
+suite too (its single-turn table is not transcribed). MIPU's is
 its main table (FP8-quantized rollout, Pass@1 averaged over five math benchmarks; github.com/AnitaLeungxx/MIPU
 project page, arXiv 2606.29526), Qwen3-1.7B's row, held to every sampler precision of the `mismatch` suite's
 declared family. VESPO's, VCPO's and the ablation and sensitivity grids' comparisons have no entry yet.
