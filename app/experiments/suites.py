@@ -37,8 +37,9 @@ ALP_CLAIM_PAIRS = tuple((alp, other) for alp in ("token_alp", "seq_alp")
 OFFPOLICY_2026 = ("vespo", "vcpo", "minpro", "ctpo")
 """2026's off-policy methods (trainer/objective/offpolicy_losses.py, trainer/algorithms/vcpo.py): arms of the alp suite
 under its lag-2 sampler and of the long suite's lag-4 setting. Each is compared with GRPO under its own sampler, as
-exploratory comparisons: both suites declared their primary family (the ALP paper's claims) before their runs, and
-DPPO-TV's comparison with GRPO is exploratory there as well."""
+exploratory comparisons: both suites' primary families (the ALP paper's claims) were declared in 7ccfcb2, after
+the suites' first runs and before these methods' cells, and DPPO-TV's comparison with GRPO is exploratory there as
+well."""
 
 
 def _alp_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:
@@ -184,7 +185,8 @@ reach under lag (arXiv 2602.17616)."""
 OFFPOLICY_2026_CLAIMS = ("vespo", "vcpo")
 """The two 2026 methods whose papers claim what the long suite's lag-4 setting measures: VESPO trains stably under
 staleness (arXiv 2602.10693), VCPO under lag reaches the synchronous result (arXiv 2602.17616). Declared primary
-(against GRPO under the same lag-4 sampler) on 2026-12-06, before their lag-4 cells ran."""
+(against GRPO under the same lag-4 sampler) on 2026-12-06 in the commits their lag-4 cells ran from, before the
+first of them; main has the declaration from 7718795, after 4 of the first 6 cells had finished."""
 
 
 def _long_settings(cfg: TrainConfig, num_layers: int) -> list[Setting]:

@@ -1,36 +1,38 @@
 """Inference for experiment reports: intervals that count run-to-run noise, Holm's correction over a suite's declared
-comparisons, and the smallest effect a design can detect.
+comparisons, the smallest effect a design can detect, and whether that is small enough to test the paper's claim.
 
 A cell's held-out success has two sources of noise: which tasks the evaluation drew and sampled (evaluation noise),
 and which training run the seed produced (run-to-run noise; in these suites the spread of per-seed differences is
-1.1-2.3× what evaluation noise alone predicts). So every interval comes in two kinds:
-- **over runs** (the verdict's): the hierarchical bootstrap, which resamples seeds with replacement and then
-  tasks within each resampled seed (a comparison resamples the per-(seed, task) differences, so it stays
-  paired; two-stage resampling: Davison & Hinkley 1997, *Bootstrap Methods and their Application*, §3.8). Its
-  variance is computed exactly where every seed has the same tasks (`two_stage_variance`, the limit of infinitely
-  many resamples; `resampled_means` draws them, and a test checks the two agree), so no RNG seed enters it. With S seeds it has S − 1 degrees of
-  freedom: the interval is mean ± t_{S−1} · SE, the SE scaled by √(S/(S − 1)) (the bootstrap's variance of a mean
-  of S draws is (S − 1)/S of the unbiased one); few-cluster t inference: Cameron & Miller 2015, J. Human
-  Resources 50(2), §VI. Not the bootstrap's percentiles: with a few seeds those cannot reach past the per-seed
-  extremes, so whenever every seed's difference has one sign (under no effect, 2^(1−S) of the time: half of all
-  2-seed comparisons) they exclude 0 (tests/evaluation/test_experiment_inference.py plants such a null).
+1.1-2.3× what evaluation noise alone predicts). A comparison's intervals (`comparison_summary`):
+- **over runs** (the verdict's): the few-cluster t over seeds (`cluster_summary`): the CR1 cluster-robust SE of a
+  mean of S equal clusters, sd(seed means) / √S, read with t_{S−1} (Cameron & Miller 2015, J. Human Resources
+  50(2), §VI), floored at the evaluation-only SE (two seeds whose differences happen to agree would leave CR1 at 0).
+  Each seed's mean already carries its tasks' noise, so the spread of seed means counts run and task noise once.
+  Planted nulls and effects (tests/evaluation/test_experiment_inference.py: 4,000 replicates at the data's run sd
+  0.02) hold its false positives within 5% and give it several times the power of the interval below.
+- **previous** (shown beside it for one release, decides nothing): the two-stage interval the reports used before,
+  the hierarchical bootstrap's variance (seeds with replacement, then tasks within each; Davison & Hinkley 1997,
+  *Bootstrap Methods and their Application*, §3.8), exact where every seed has the same tasks
+  (`two_stage_variance`), scaled by S/(S − 1), read with t_{S−1}. It counts the tasks' noise twice, (2S − 1)/(S − 1)
+  times in all. Neither interval uses the bootstrap's percentiles: with a few seeds those cannot reach past the
+  per-seed extremes, so whenever every seed's difference has one sign they exclude 0 (a test plants such a null).
+- **sign-flip p-value over seeds** (a second reading, decides nothing): Fisher's exact randomization test of the
+  per-seed differences; never below 2^(1−S), so under six seeds it cannot reach 0.05.
 - **evaluation only**: seeds held fixed, tasks resampled within each seed (95% percentile interval): how much of
   the interval is the evaluation's alone, for these particular trained runs.
-With one seed no run-to-run noise is measured and no verdict is given.
+With one seed no run-to-run noise is measured and no verdict is given. An arm's own success is read the same way
+(its interval over runs the few-cluster t, the two-stage one beside it), though no verdict rests on it.
 
 Verdicts: a suite declares its primary comparisons (the paper's claim, app/experiments/suites.py) before it runs; Holm's
 step-down correction (Holm 1979, Scand. J. Statist. 6:65-70) runs over that family at α = 0.05 with each
-comparison's two-sided t p-value, and a primary comparison is "better" / "worse" only when Holm rejects it, which
-is when its interval over runs at Holm's level for it (1 − α/(m − rank)) excludes 0. Every other comparison is
-exploratory: its verdict is read from the uncorrected 95% interval and says so. The detectable effect is
-(t_{S−1, 1−α'/2} + t_{S−1, 0.8}) · SE with α' the strictest level the comparison could be read at (α/m for a
-primary one): the difference this design finds about 80% of the time.
-
-The interval over runs above counts the tasks' noise twice (each seed's mean already carries it); `cluster_summary`
-is the few-cluster t over seeds that does not (CR1, floored at the evaluation-only SE), with Fisher's sign-flip
-p-value over seeds beside it. Planted nulls and effects (tests/evaluation/test_experiment_inference.py) show it
-holding its level with several times the power; reports do not read it yet (the committed ones keep the interval
-they were judged by until they are rebuilt under it).
+comparison's two-sided few-cluster t p-value, and a primary comparison is "better" / "worse" only when Holm rejects
+it, which is when its interval over runs at Holm's level for it (1 − α/(m − rank)) excludes 0. Every other
+comparison is exploratory: its verdict is read from the uncorrected 95% interval and says so. The detectable effect
+is (t_{S−1, 1−α'/2} + t_{S−1, 0.8}) · SE with α' the strictest level the comparison could be read at (α/m for a
+primary one): the difference this design finds about 80% of the time. A comparison that finds nothing reads
+"no power" instead of "inside the noise" when its design could not have found the effect in question: a primary
+comparison whose detectable effect exceeds the one its paper reports (evaluation/reports/paper_effects.py), or any
+comparison that detects nothing under 1 (a difference of success rates cannot exceed it: two seeds, mostly).
 
 The evaluation-only interval is drawn: `N_BOOT` resamples keep its bounds within 0.001 across bootstrap RNG seeds
 (a test checks committed suites); it never decides a verdict.
@@ -47,6 +49,8 @@ ALPHA = 0.05
 POWER = 0.8
 N_BOOT = 100_000
 ONE_SEED = "one seed: no verdict"
+NO_POWER = "no power"
+INSIDE = "inside the noise"
 
 
 def by_seed(per_problem: Mapping[str, float]) -> dict[int, np.ndarray]:
@@ -189,19 +193,39 @@ def cluster_summary(per_problem: Mapping[str, float]) -> dict[str, object]:
                   "p_sign_flip": sign_flip_p(means)}
 
 
+def comparison_summary(per_problem: Mapping[str, float], *, rng_seed: int = 0,
+                       n_boot: int = N_BOOT) -> dict[str, object]:
+    """A paired difference over problems ("<seed>:<task>" → arm − baseline) read as the module docstring says: the
+    few-cluster t's SE, 95% interval, degrees of freedom and p-value (the verdict's; None with one seed), the
+    sign-flip p-value over seeds, the previous two-stage interval, the evaluation-only interval and per-seed
+    means."""
+    previous = interval_summary(per_problem, rng_seed=rng_seed, n_boot=n_boot)
+    cluster = cluster_summary(per_problem)
+    return cluster | {"eval_ci": previous["eval_ci"], "per_seed": previous["per_seed"], "previous_ci": previous["ci"],
+                      "previous_se": previous["se"]}
+
+
 def _direction(lo: float, hi: float) -> str:
-    return "better" if lo > 0 else "worse" if hi < 0 else "inside the noise"
+    return "better" if lo > 0 else "worse" if hi < 0 else INSIDE
+
+
+def lacks_power(detectable: float, paper_effect: float | None) -> bool:
+    """Whether a design that finds nothing could not have found the effect in question: its detectable effect
+    exceeds the paper's (when the paper reports one), or nothing under 1, the largest difference of two success
+    rates, is detectable."""
+    return detectable > 1 or (paper_effect is not None and detectable > abs(paper_effect))
 
 
 def corrected_verdicts(comparisons: list[dict], alpha: float = ALPHA) -> list[dict]:
     """Fill each comparison's family-wise fields: Holm over the `primary` ones (their corrected interval, level
-    and verdict), the uncorrected reading for the exploratory ones, and everyone's detectable effect. Each
-    comparison holds `mean`, `ci_lo`, `ci_hi`, `seeds`, `df`, `se`, `p` and `family`."""
+    and verdict), the uncorrected reading for the exploratory ones, everyone's detectable effect, and "no power"
+    for a comparison that found nothing it could have found (`lacks_power`). Each comparison holds `mean`, `ci_lo`,
+    `ci_hi`, `seeds`, `df`, `se`, `p` and `family`, and may hold `paper_effect` (a primary one's, or None)."""
     primary = [c for c in comparisons if c["family"] == "primary" and c["seeds"] > 1]
     m = max(1, len(primary))
     for c, (rejected, level) in zip(primary, holm_levels([c["p"] for c in primary], alpha), strict=True):
         c.update(holm_level=level, corrected_ci=t_interval(c["mean"], c["se"], c["df"], level),
-                 verdict=("better" if c["mean"] > 0 else "worse") if rejected else "inside the noise")
+                 verdict=("better" if c["mean"] > 0 else "worse") if rejected else INSIDE)
     for c in comparisons:
         if c["seeds"] < 2:
             c.update(holm_level=None, corrected_ci=None, verdict=ONE_SEED, detectable=None)
@@ -209,6 +233,8 @@ def corrected_verdicts(comparisons: list[dict], alpha: float = ALPHA) -> list[di
         if c["family"] != "primary":
             direction = _direction(c["ci_lo"], c["ci_hi"])
             c.update(holm_level=None, corrected_ci=None,
-                     verdict=direction if direction == "inside the noise" else f"{direction} (exploratory)")
+                     verdict=direction if direction == INSIDE else f"{direction} (exploratory)")
         c["detectable"] = detectable_effect(c["se"], c["df"], alpha / m if c["family"] == "primary" else alpha)
+        if c["verdict"] == INSIDE and lacks_power(c["detectable"], c.get("paper_effect")):
+            c["verdict"] = NO_POWER
     return comparisons

@@ -43,6 +43,7 @@ from evaluation.reports.experiment_stats import (
 from evaluation.reports.long_horizon_figures import HORIZON_FIGURES
 from evaluation.reports.long_horizon_report import TITLE as HORIZON_TITLE
 from evaluation.reports.long_horizon_report import horizon_runs, horizon_tables, long_horizon_data
+from evaluation.reports.paper_effects import paper_effect
 from evaluation.reports.run_figures import FIGURES, RunData
 from evaluation.reports.run_report import PLOTS, plot_lines
 
@@ -132,10 +133,13 @@ def judged_comparisons(plan: dict[str, Any], records: dict[str, dict[str, list]]
     """The plan's comparisons whose arms both finished, on the records of `kind` (eval: the endpoint; last: the
     last evaluation), each in its declared family, judged together (Holm over the primary ones)."""
     primary = {tuple(p) for p in plan.get("primary", plan["comparisons"])}
-    found = [{"arm": arm, "baseline": baseline,
-              **compare(records[arm][kind], records[baseline][kind],
-                        "primary" if (arm, baseline) in primary else "exploratory")}
-             for arm, baseline in plan["comparisons"] if arm in arms and baseline in arms]
+    found = []
+    for arm, baseline in plan["comparisons"]:
+        if arm in arms and baseline in arms:
+            declared = (arm, baseline) in primary  # only a declared claim is held to its paper's effect
+            found.append({"arm": arm, "baseline": baseline, **compare(
+                records[arm][kind], records[baseline][kind], "primary" if declared else "exploratory",
+                paper=paper_effect(plan["suite"], arm, baseline) if declared else None)})
     return judged(found)
 
 
@@ -194,6 +198,7 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
         t = a["training"]
         top_k = max(a["pass_at_k"], key=int)
         rows.append([name, _f(a["success"]), f"[{_f(a['ci_lo'])}, {_f(a['ci_hi'])}]",
+                     f"[{_f(a.get('previous_ci_lo'))}, {_f(a.get('previous_ci_hi'))}]",
                      f"[{_f(a.get('eval_ci_lo'))}, {_f(a.get('eval_ci_hi'))}]",
                      ", ".join(f"{v:.3f}" for v in a["per_seed"].values()), f"{_f(a['pass_at_k'][top_k])} (k={top_k})",
                      str(a["problems"]), _f(t["reward_mean"]), _f(t["reward_last"]), _f(t["mismatch_kl_mean"], ".2e"),
@@ -202,17 +207,22 @@ def arm_rows(data: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval over runs", "evaluation only", "per seed", "pass@k", "seed-task pairs",
+ARM_HEADER = ["arm (method/setting)", "held-out success", "95% interval over runs", "previous interval (two-stage)",
+              "evaluation only", "per seed", "pass@k", "seed-task pairs",
               "train reward (mean)", "(last)", "mismatch KL (mean)", "loss ratio P98 (max)", "r_mis P98 (mean)",
               "loss ppo_kl (mean)", "update KL, clean k3 (mean)", "entropy (last)", "s/step"]
 """`loss ppo_kl` is the policy loss's own log-ratio mean, on the update forward (perturbed under ALP, so it carries
 the noise); `update KL, clean` is KL(π_θold ‖ π_θ) after the step on the unperturbed model, from the diagnostics
 steps (`diag/policy_kl_k3`)."""
 COMPARISON_HEADER = ["arm", "baseline", "family", "difference", "95% interval over runs", "Holm-corrected",
-                     "evaluation only", "per seed", "detectable", "seeds × tasks", "verdict"]
-"""`95% interval over runs`: the hierarchical bootstrap (seeds, then tasks); `Holm-corrected`: the same at the
-level Holm's step-down tested this primary comparison at; `evaluation only`: seeds held fixed; `detectable`: the
-difference this design finds with 80% power at the comparison's strictest level."""
+                     "previous interval (two-stage)", "sign-flip p", "evaluation only", "per seed", "detectable",
+                     "paper's effect", "seeds × tasks", "verdict"]
+"""`95% interval over runs`: the few-cluster t over seeds, floored at the evaluation-only SE; `Holm-corrected`: the
+same at the level Holm's step-down tested this primary comparison at; `previous interval`: the two-stage bootstrap
+interval the reports gave before, for one release; `sign-flip p`: the randomization p-value over seeds;
+`evaluation only`: seeds held fixed; `detectable`: the difference this design finds with 80% power at the
+comparison's strictest level; `paper's effect`: what the paper reports for a primary comparison
+(evaluation/reports/paper_effects.py)."""
 
 
 def comparison_rows(comparisons: list[dict[str, Any]]) -> list[list[str]]:
@@ -221,9 +231,11 @@ def comparison_rows(comparisons: list[dict[str, Any]]) -> list[list[str]]:
 
     return [[c["arm"], c["baseline"], c["family"], f"{c['diff']:+.3f}", interval(c["ci_lo"], c["ci_hi"]),
              interval(c.get("corrected_ci_lo"), c.get("corrected_ci_hi")),
+             interval(c.get("previous_ci_lo"), c.get("previous_ci_hi")), _f(c.get("p_sign_flip")),
              interval(c.get("eval_ci_lo"), c.get("eval_ci_hi")),
              ", ".join(f"{v:+.3f}" for v in c.get("per_seed", {}).values()), _detectable(c.get("detectable")),
-             f"{c['seeds']} × {c['problems'] // max(1, c['seeds'])}", c["verdict"]] for c in comparisons]
+             _f(c.get("paper_effect"), "+.3f"), f"{c['seeds']} × {c['problems'] // max(1, c['seeds'])}",
+             c["verdict"]] for c in comparisons]
 
 
 def robustness_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -308,10 +320,14 @@ def _intro(data: dict[str, Any]) -> list[str]:
             + (f" (missing: {', '.join(missing)})" if missing else "") + ".",
             *_provenance(data),
             f"Endpoint: {data.get('endpoint', ENDPOINT_LAST)}.",
-            "Intervals over runs: hierarchical bootstrap (seeds, then tasks within each; Davison & Hinkley 1997, "
-            "§3.8), beside the evaluation-only one (seeds held fixed); differences are paired on the same seeds "
-            "and tasks. Verdicts: Holm's correction over the suite's primary comparisons (declared before the "
-            "run), the rest exploratory (evaluation/reports/experiment_inference.py)."]
+            "A comparison's interval over runs: the few-cluster t over seeds (CR1 with S − 1 degrees of freedom, "
+            "Cameron & Miller 2015, §VI), floored at the evaluation-only SE; beside it the previous interval "
+            "(the two-stage bootstrap, seeds then tasks, which counts the tasks' noise twice; shown for one "
+            "release), the sign-flip p-value over seeds and the evaluation-only interval (seeds held fixed); "
+            "differences are paired on the same seeds and tasks; an arm's success has the same three intervals. "
+            "Verdicts: Holm's correction over the suite's primary comparisons, the rest exploratory; a "
+            "comparison that finds nothing reads \"no power\" where its detectable difference exceeds its "
+            "paper's effect or 1 (evaluation/reports/experiment_inference.py)."]
 
 
 def _provenance(data: dict[str, Any]) -> list[str]:

@@ -5,11 +5,14 @@ and sample) are tagged with its seed, and a *problem* is a (seed, task) pair: ce
 same tasks with the same sampling seeds. What a cell contributes is its endpoint: its last held-out evaluation, or,
 in suites with periodic evaluation (the long ones), its records pooled over the evaluations in the second half of
 training (steps ≥ half the run), so that one evaluation's swing does not decide a run.
-- an arm's held-out success is the mean over its problems of the per-problem avg@n, with a hierarchical interval
-  (seeds, then tasks within them) and an evaluation-only one (seeds held fixed), and its per-seed means;
+- an arm's held-out success is the mean over its problems of the per-problem avg@n, with its interval over runs
+  (the few-cluster t over seeds), the previous two-stage one and an evaluation-only one (seeds held fixed), and its
+  per-seed means;
 - a comparison (arm − baseline) is paired on the problems both arms played: the per-problem differences, their
-  two intervals, per-seed differences, p-value and SE; `judged` gives the verdicts (Holm over the suite's primary
-  comparisons, the rest exploratory) and detectable effects (evaluation/reports/experiment_inference.py).
+  interval over runs (the few-cluster t over seeds) with its SE and p-value, the sign-flip p-value over seeds, the
+  previous two-stage interval and the evaluation-only one, per-seed differences; `judged` gives the verdicts (Holm
+  over the suite's primary comparisons, the rest exploratory, "no power" where the design could not have found the
+  paper's effect) and detectable effects (evaluation/reports/experiment_inference.py).
 pass@k (`evaluation.scores`) is averaged over problems for k = 1, 2, 4, ... up to the samples per task.
 """
 
@@ -23,7 +26,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evaluation.reports.experiment_inference import corrected_verdicts, interval_summary
+from evaluation.reports.experiment_inference import (
+    NO_POWER,
+    cluster_summary,
+    comparison_summary,
+    corrected_verdicts,
+    interval_summary,
+)
+from evaluation.reports.paper_effects import PaperEffect
 from evaluation.scores import avg_at_k, bootstrap_ci, group_by_problem, k_values, pass_at_k
 
 Record = Mapping[str, Any]
@@ -67,19 +77,25 @@ def per_problem_success(records: Sequence[Record]) -> dict[str, float]:
 
 
 def arm_summary(records: Sequence[Record]) -> dict[str, Any]:
-    """Held-out success of one arm (its cells' tagged records): mean, hierarchical and evaluation-only intervals,
-    per seed, pass@k."""
+    """Held-out success of one arm (its cells' tagged records): mean, its interval over runs (the few-cluster t over
+    seeds, as a comparison's), the previous two-stage one and the evaluation-only one, per seed, pass@k."""
     groups = group_by_problem(records, "problem")
-    stats = interval_summary(per_problem_success(records))
+    success = per_problem_success(records)
+    stats, cluster = interval_summary(success), cluster_summary(success)
     n = min(len(g) for g in groups.values())
     wins = [sum(bool(r["won"]) for r in g[:n]) for g in groups.values()]
-    lo, hi = stats["ci"] or (None, None)
-    return {"success": stats["mean"], "ci_lo": None if lo is None else max(0.0, lo),
-            "ci_hi": None if hi is None else min(1.0, hi),  # a success rate's interval, cut to [0, 1]
+    (lo, hi), (previous_lo, previous_hi) = _rate(cluster["ci"]), _rate(stats["ci"])
+    return {"success": stats["mean"], "ci_lo": lo, "ci_hi": hi, "previous_ci_lo": previous_lo,
+            "previous_ci_hi": previous_hi,
             "eval_ci_lo": stats["eval_ci"][0], "eval_ci_hi": stats["eval_ci"][1], "problems": len(groups),
             "samples_per_task": n, "seeds": sorted({int(r["seed"]) for r in records}), "per_seed": stats["per_seed"],
             "pass_at_k": {str(k): statistics.fmean(pass_at_k(n, c, k) for c in wins) for k in k_values(n)},
             "failures": failure_kinds(records), "by_task_type": by_task_type(records)}
+
+
+def _rate(interval: tuple[float, float] | None) -> tuple[float | None, float | None]:
+    """A success rate's interval, cut to [0, 1]; (None, None) without one (one seed)."""
+    return (None, None) if interval is None else (max(0.0, interval[0]), min(1.0, interval[1]))
 
 
 SIMPLETIR_RESULT = re.compile(r"Code execution result: ([^\n]*)")
@@ -117,21 +133,26 @@ def by_task_type(records: Sequence[Record]) -> dict[str, float] | None:
 
 
 def compare(arm: Sequence[Record], baseline: Sequence[Record], family: str = "exploratory", *,
-            rng_seed: int = 0) -> dict[str, Any]:
-    """arm − baseline on the problems both played: the difference with its hierarchical and evaluation-only 95%
-    intervals, per-seed differences, SE and p-value; `judged`, over a report's comparisons together, adds the
+            paper: PaperEffect | None = None, rng_seed: int = 0) -> dict[str, Any]:
+    """arm − baseline on the problems both played: the difference with its interval over runs, SE and p-value,
+    the sign-flip p-value, the previous two-stage interval and the evaluation-only one, per-seed differences and
+    the paper's effect (`paper`, a primary comparison's); `judged`, over a report's comparisons together, adds the
     verdicts and detectable effects."""
     after, before = per_problem_success(arm), per_problem_success(baseline)
     shared = [p for p in after if p in before]
     if not shared:
         raise ValueError("compare: the two arms share no (seed, task) problem; evaluate the same seeds and tasks")
-    stats = interval_summary({p: after[p] - before[p] for p in shared}, rng_seed=rng_seed)
+    stats = comparison_summary({p: after[p] - before[p] for p in shared}, rng_seed=rng_seed)
     lo, hi = stats["ci"] or (None, None)
+    previous_lo, previous_hi = stats["previous_ci"] or (None, None)
     return {"arm_success": statistics.fmean(after[p] for p in shared),
             "baseline_success": statistics.fmean(before[p] for p in shared), "diff": stats["mean"],
-            "mean": stats["mean"], "ci_lo": lo, "ci_hi": hi, "eval_ci_lo": stats["eval_ci"][0],
+            "mean": stats["mean"], "ci_lo": lo, "ci_hi": hi, "p_sign_flip": stats["p_sign_flip"],
+            "previous_ci_lo": previous_lo, "previous_ci_hi": previous_hi, "eval_ci_lo": stats["eval_ci"][0],
             "eval_ci_hi": stats["eval_ci"][1], "per_seed": stats["per_seed"], "seeds": stats["seeds"],
-            "df": stats["df"], "se": stats["se"], "p": stats["p"], "problems": len(shared), "family": family}
+            "df": stats["df"], "se": stats["se"], "p": stats["p"], "problems": len(shared), "family": family,
+            "paper_effect": None if paper is None else paper.effect,
+            "paper_effect_source": None if paper is None else paper.source}
 
 
 def judged(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -200,7 +221,8 @@ def _success(records: Sequence[Record]) -> float:
 
 def sentence(arm: str, baseline: str, c: Mapping[str, Any], scale_words: str) -> str:
     """One comparison in plain words, from its numbers alone: the family, the difference with its interval over
-    runs (Holm-corrected for a primary one), the verdict and, inside the noise, what the design could detect."""
+    runs (Holm-corrected for a primary one), the verdict and, when it finds nothing, what the design could detect
+    (against the paper's effect, where the comparison has one)."""
     where = f"{c['family']}, {c['seeds']} seed{'s' if c['seeds'] != 1 else ''} × {c['problems'] // max(1, c['seeds'])}"
     head = f"At this scale ({scale_words}),"
     if c["verdict"].startswith("one seed"):
@@ -214,9 +236,15 @@ def sentence(arm: str, baseline: str, c: Mapping[str, Any], scale_words: str) ->
         interval = f"95% interval over runs [{c['ci_lo']:+.3f}, {c['ci_hi']:+.3f}]"
     numbers = (f"{c['diff']:+.3f} held-out success ({c['arm_success']:.3f} vs {c['baseline_success']:.3f}), "
                f"{interval} ({where} tasks)")
+    detectable, paper = c.get("detectable"), c.get("paper_effect")
+    if c["verdict"] == NO_POWER:
+        reach = ("no difference is detectable with these seeds" if detectable > 1
+                 else f"the design detects about ±{detectable:.3f}")
+        against = "" if paper is None else f", more than the paper's {paper:+.3f} ({c['paper_effect_source']})"
+        return (f"{head} {arm} − {baseline} is untested for want of power: {numbers}; {reach}{against}, so "
+                "finding nothing says nothing.")
     if c["verdict"] == "inside the noise":
-        detectable = c.get("detectable")
-        detect = ("" if detectable is None else "; no difference is detectable with these seeds" if detectable > 1
-                  else f"; the design detects about ±{detectable:.3f}")
-        return f"{head} {arm} and {baseline} differ inside the noise: {numbers}{detect}."
+        detect = "" if detectable is None else f"; the design detects about ±{detectable:.3f}"
+        against = "" if paper is None else f" (the paper's effect {paper:+.3f})"
+        return f"{head} {arm} and {baseline} differ inside the noise: {numbers}{detect}{against}."
     return f"{head} {arm} is {c['verdict']} than {baseline}: {numbers}."

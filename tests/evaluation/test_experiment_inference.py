@@ -1,6 +1,7 @@
-"""The experiment report's statistics: intervals over runs (hierarchical bootstrap), Holm's correction over the
-primary family, the detectable effect; null controls that must read inside the noise, a planted effect that must
-be found, and verdicts that do not depend on the bootstrap's RNG seed."""
+"""The experiment report's statistics: intervals over runs (the few-cluster t over seeds, and the previous two-stage
+one), Holm's correction over the primary family, the detectable effect and "no power"; null controls that must not
+read as findings, a planted effect that must be found, and verdicts that do not depend on the bootstrap's RNG
+seed."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from evaluation.reports.experiment_inference import (
     sign_flip_p,
     two_stage_variance,
 )
-from evaluation.reports.experiment_report import arm_records, finished_cells
-from evaluation.reports.experiment_stats import compare, judged, tag_problems
+from evaluation.reports.experiment_report import arm_records, comparison_rows, finished_cells
+from evaluation.reports.experiment_stats import arm_summary, compare, judged, sentence, tag_problems
+from evaluation.reports.paper_effects import paper_effect
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG = ROOT / "docs" / "experiments" / "long"
@@ -157,7 +159,7 @@ def test_one_seed_gives_no_verdict():
     assert interval_summary({"0:0": 1.0, "0:1": 0.0})["seeds"] == 1
 
 
-# ------------------------------------------------------------- the few-cluster t, floored (the next primary interval)
+# ------------------------------------------------------------------ the few-cluster t, floored (the primary interval)
 
 def _planted(effect: float, seeds: int, replicates: int = 4000, tasks: int = 100, samples: int = 2,
              run_sd: float = 0.02, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -215,3 +217,75 @@ def test_the_sign_flip_p_value_is_exact_and_two_seeds_cannot_reject():
     assert sign_flip_p([0.1, 0.2, 0.3, 0.2, 0.1]) == pytest.approx(2 / 32)  # every seed positive: the minimum
     assert sign_flip_p([0.3, -0.1, 0.2]) == pytest.approx(4 / 8)  # |mean| 0.133: ±(+,−,+), ±(+,+,+) reach it
     assert cluster_summary({"0:0": 0.5})["p_sign_flip"] is None  # one seed: nothing to flip
+
+
+# ------------------------------------------------------------------------------------ no power: what a design can find
+
+def _won(solved: list[int], tasks: int = 40) -> list[dict]:
+    """One sample of each of `tasks` tasks per seed; seed s wins tasks i < solved[s]."""
+    return [r for s, k in enumerate(solved) for r in tag_problems([{"index": i, "won": i < k} for i in range(tasks)], s)]
+
+
+def test_the_paper_effects_are_the_papers_scores_over_100():
+    assert paper_effect("alp", "token_alp/lag2", "grpo/lag2").effect == pytest.approx(0.0305)  # 49.62 − 46.57
+    assert paper_effect("long", "seq_alp/lag4", "seq_bypass/lag4").effect == pytest.approx(0.0387)  # 50.53 − 46.66
+    assert paper_effect("alp_acting", "token_alp/lag4_rel0.1", "grpo/lag4").effect == pytest.approx(0.0305)
+    assert paper_effect("layers", "seq_alp/layers_early", "seq_alp/layers_all").effect == pytest.approx(-0.0228)
+    assert paper_effect("alp", "grpo/lag2", "token_alp/lag2") is None  # the paper's claim runs one way
+    assert paper_effect("alp_acting", "token_alp/lag4_rel0.1", "token_bypass/lag4_clip0.5-3_off") is None
+    mipu = paper_effect("mismatch", "mipu/quant_int4", "grpo/quant_int4")
+    assert mipu.effect == pytest.approx(0.0311) and "53.97 vs 50.86" in mipu.source
+    assert paper_effect("mismatch", "token_mis/quant_int4", "grpo/quant_int4") is None
+
+
+def test_a_two_seed_comparison_has_no_power_against_its_papers_effect():
+    # per-problem differences: seed 0 wins tasks 20-23 more (mean 0.1, within-seed variance 0.1 · 0.9 = 0.09), seed 1
+    # none (0, 0): CR1 = sd(0.1, 0) / √2 = 0.070711 / 1.414214 = 0.05 over the floor √(0.045 / 40 / 2) = 0.0237;
+    # t = 0.05 / 0.05 = 1 with 1 df: p = 0.5; every sign flip of (0.1, 0) reaches |0.05|: p = 1; detectable
+    # (t_{1, 0.975} + t_{1, 0.8}) · 0.05 = (12.7062 + 1.3764) · 0.05 = 0.7041, above the paper's +0.0305
+    c = judged([compare(_won([24, 20]), _won([20, 20]), "primary",
+                        paper=paper_effect("alp", "token_alp/lag2", "grpo/lag2"))])[0]
+    assert c["diff"] == pytest.approx(0.05) and c["se"] == pytest.approx(0.05) and c["p"] == pytest.approx(0.5)
+    assert c["p_sign_flip"] == 1.0 and c["detectable"] == pytest.approx(0.70413, abs=1e-4)
+    assert (c["ci_lo"], c["ci_hi"]) == pytest.approx((0.05 - 12.7062 * 0.05, 0.05 + 12.7062 * 0.05), abs=1e-4)
+    assert c["previous_ci_lo"] < c["ci_lo"]  # the two-stage SE counts seed 0's task noise again: wider
+    assert c["verdict"] == "no power" and c["paper_effect"] == pytest.approx(0.0305)
+    words = sentence("token_alp/lag2", "grpo/lag2", c, "demo")
+    assert "untested for want of power" in words and "the design detects about ±0.704" in words
+    assert "more than the paper's +0.030" in words and "inside the noise" not in words
+    row = comparison_rows([{"arm": "token_alp/lag2", "baseline": "grpo/lag2", **c}])[0]
+    assert row[-1] == "no power" and row[11] == "+0.030"  # report.md's verdict and paper's-effect columns
+
+
+def test_without_a_paper_effect_only_a_design_that_detects_nothing_under_1_has_no_power():
+    # the same pair without a paper effect: 0.704 is detectable, so it reads inside the noise
+    same = judged([compare(_won([24, 20]), _won([20, 20]), "primary")])[0]
+    assert same["verdict"] == "inside the noise" and same["paper_effect"] is None
+    # seeds +0.3 and −0.1: CR1 = sd(0.3, −0.1) / √2 = 0.282843 / 1.414214 = 0.2, detectable 14.0826 · 0.2 = 2.82
+    wide = judged([compare(_won([32, 16]), _won([20, 20]), "exploratory")])[0]
+    assert wide["se"] == pytest.approx(0.2) and wide["detectable"] == pytest.approx(2.8165, abs=1e-3)
+    assert wide["verdict"] == "no power"
+    assert "no difference is detectable with these seeds" in sentence("a/x", "b/x", wide, "demo")
+
+
+def test_a_finding_stays_a_finding_whatever_the_papers_effect():
+    # five seeds with per-seed differences +0.5, +0.4, +0.5, +0.45, +0.5 (tests/trainer/experiments/test_experiment.py
+    # plants the same): Holm rejects, so a paper effect far under the detectable one does not turn it into "no power"
+    arm, base = _won([30, 28, 30, 29, 30]), _won([10, 12, 10, 11, 10])
+    c = judged([compare(arm, base, "primary", paper=paper_effect("alp", "token_alp/lag2", "token_mis/lag2"))])[0]
+    assert c["verdict"] == "better" and c["detectable"] > c["paper_effect"]
+
+
+def test_an_arms_interval_over_runs_is_the_few_cluster_t_with_the_two_stage_one_beside_it():
+    # 40 tasks × 10 samples a seed; half the tasks won 0, 2 and 1 times in 10 by seeds 0, 1, 2 and the other half
+    # 2 more: seed means 0.1, 0.3, 0.2, each with task variance 0.01. CR1 = sd(0.1, 0.3, 0.2) / √3 = 0.1 / √3 =
+    # 0.057735 over the floor √(0.01 / 40 / 3) = 0.0091; t_{2, 0.975} = 4.302653, so 0.2 ± 0.248414, cut at 0.
+    # Two-stage: (1/3)(0.02 / 3 + 0.01 / 40) · 3/2 = 0.0034583, SE 0.0588076, 0.2 ± 0.253029
+    records = []
+    for seed, low in enumerate((0, 2, 1)):
+        records += tag_problems([{"index": t, "won": i < low + 2 * (t % 2)} for t in range(40) for i in range(10)],
+                                seed)
+    arm = arm_summary(records)
+    assert arm["success"] == pytest.approx(0.2) and arm["per_seed"] == pytest.approx({"0": 0.1, "1": 0.3, "2": 0.2})
+    assert (arm["ci_lo"], arm["ci_hi"]) == pytest.approx((0.0, 0.448414), abs=1e-6)
+    assert (arm["previous_ci_lo"], arm["previous_ci_hi"]) == pytest.approx((0.0, 0.453029), abs=1e-6)

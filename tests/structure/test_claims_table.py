@@ -18,7 +18,8 @@ README = ROOT / "README.md"
 HEADING = "## Claims at this scale"
 COLUMNS = ["id", "claim", "paper", "verdict",
            "effect [interval over runs, 95%; primary comparisons Holm-corrected]", "suite · seeds · commit"]
-VERDICTS = ("holds", "does not hold", "inside the noise", "untested", "no committed evidence")
+VERDICTS = ("holds", "does not hold", "inside the noise", "untested (no power)", "untested",
+            "no committed evidence")
 START, END = "<!-- claims:start -->", "<!-- claims:end -->"
 UNTESTED_EFFECT = "–"  # an en dash: the docs' mark for "no number"
 
@@ -95,7 +96,7 @@ def known_suites(text: str) -> set[str]:
     return set(re.findall(r"^\| `([a-z_]+)` \|", _section(text, "## Suites\n"), flags=re.M))
 
 
-def test_every_verdict_is_one_of_five_and_ids_are_unique():
+def test_every_verdict_is_one_of_six_and_ids_are_unique():
     rows = claims_table()
     bad = [f"{r.id}: {r.verdict!r}" for r in rows if r.verdict not in VERDICTS]
     assert not bad, f"verdicts must be one of {VERDICTS}; found {bad}"
