@@ -21,7 +21,6 @@ from typing import Any
 import gymnasium as gym
 from transformers import PreTrainedTokenizerBase
 
-from agents.bfcl_agent import BFCL_SYSTEM_PROMPT, BFCLAgent
 from agents.experts import (
     ExpertPlayer,
     play_bfcl_expert,
@@ -30,18 +29,19 @@ from agents.experts import (
     play_tir_expert,
     play_webshop_expert,
 )
-from agents.household_agent import (
+from agents.formats.bfcl_agent import BFCL_SYSTEM_PROMPT, BFCLAgent
+from agents.formats.household_agent import (
     HOUSEHOLD_SYSTEM_PROMPT,
     OPENENV_SYSTEM_PROMPT,
     HouseholdAgent,
     OpenEnvAgent,
     StepContext,
 )
+from agents.formats.tir_agent import SingleTurnMathAgent, TIRAgent
+from agents.formats.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent
 from agents.projection import ActionProjection
 from agents.rollout import Agent
 from agents.templates.check import strip_refusal
-from agents.tir_agent import SingleTurnMathAgent, TIRAgent
-from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent
 from envs import ADAPTER_TWINS  # (importing envs registers the alprl/* environments)
 from envs.adapters.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES
 from envs.bfcl.data import CATEGORIES as BFCL_CATEGORIES

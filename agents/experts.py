@@ -18,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agents.household_agent import command_turn
+from agents.formats.household_agent import command_turn
 from envs.bfcl.expert import expert_turns as bfcl_expert_turns
 from envs.household import expert_action as household_expert
 from envs.splits import derive_seed, sft_index

@@ -103,8 +103,8 @@ def describe(report: TemplateReport, model_dir: str, traces: list[int] | None = 
 def run_check_template_command(args: argparse.Namespace) -> int:
     from jinja2 import TemplateError
 
+    from agents.formats.tir_agent import TIRAgent
     from agents.models import load_tokenizer
-    from agents.tir_agent import TIRAgent
 
     try:
         tok = load_tokenizer(args.model_dir)

@@ -23,7 +23,9 @@ MATH500, AIME 2024/2025, Minerva, OlympiadBench, verl/DAPO parquet, question/ans
 one). A built-in NAME plays an env's own test split: tir / math (the generated arithmetic problems, with and
 without the tool), household, webshop, alfworld, webshop-server. rg:NAME[,NAME...] plays reasoning-gym datasets'
 held-out problems, one benchmark per dataset, graded by each dataset's own score_answer (reward: the score, partial
-credit included; avg@k and pass@k: full credit); env.reasoning_gym.* sets their sizes, seed and config.
+credit included; avg@k and pass@k: full credit); env.reasoning_gym.* sets their sizes, seed and config. bfcl plays
+BFCL's multi-turn categories (base, miss_func, miss_param, long_context; bfcl:base,... picks some), one benchmark
+per category scored by BFCL's own checker, through the BFCL agent (function calls in the model's chat template).
 
 --mode single: one turn without a tool, the system prompt "Please reason step by step, and put your final answer
 within \\boxed{}." (alprl/Math-v0); --mode tir: multi-turn with the Python tool (alprl/TIRMath-v0). Prompts go

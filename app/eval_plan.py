@@ -41,6 +41,7 @@ from typing import Any
 from agents.engines import resolve_kind, vllm_only
 from agents.env_families import BY_ALIAS, env_entry, problem_count
 from agents.models import resolve_local
+from envs.bfcl.data import CATEGORIES as BFCL_CATEGORIES
 from envs.datasets import DatasetError, source_fingerprint, source_location
 from envs.datasets import reasoning_gym as rg
 from envs.tir.problems import ProblemSource
@@ -67,6 +68,9 @@ AGENTIC_TASKS = 100
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 RG_BENCH = "rg:"
 """`--bench rg:<name>,...`: reasoning-gym datasets, each a benchmark named rg:<name>."""
+BFCL_BENCH = "bfcl"
+"""`--bench bfcl` (every BFCL multi-turn category) or `bfcl:<category>,...`: one benchmark per category, named
+bfcl:<category>, so the table has BFCL's accuracy per category."""
 
 
 @dataclass(frozen=True)
@@ -87,10 +91,19 @@ def parse_benches(specs: list[str]) -> list[tuple[str, str]]:
     ('rg:x', 'reasoning_gym:x'), ('rg:y', 'reasoning_gym:y')] ('' = built-in)."""
     out = []
     for spec in specs:
-        reasoning_gym = False  # whether the items go on naming reasoning-gym datasets
+        reasoning_gym = bfcl = False  # whether the items go on naming reasoning-gym datasets / BFCL categories
         for item in (part.strip() for part in spec.split(",")):
             reasoning_gym = item.startswith(RG_BENCH) or (reasoning_gym and "=" not in item)
-            if item and reasoning_gym:
+            bfcl = item.startswith(BFCL_BENCH + ":") or (bfcl and "=" not in item)
+            if item == BFCL_BENCH:
+                out += [(f"{BFCL_BENCH}:{c}", "") for c in BFCL_CATEGORIES]
+            elif item and bfcl:
+                category = item.removeprefix(BFCL_BENCH + ":").strip()
+                if category not in BFCL_CATEGORIES:
+                    raise ValueError(f"--bench {BFCL_BENCH}:{category}: BFCL's multi-turn categories are "
+                                     f"{', '.join(BFCL_CATEGORIES)}")
+                out.append((f"{BFCL_BENCH}:{category}", ""))
+            elif item and reasoning_gym:
                 name = item.removeprefix(RG_BENCH).strip()
                 try:
                     rg.check_name(name)
@@ -201,8 +214,12 @@ def _bench_env(cfg: TrainConfig, env_id: str, path: str, overrides: list[str]) -
 
 def make_benchmark(cfg: TrainConfig, run_cfg: TrainConfig | None, args: argparse.Namespace, name: str,
                    path: str, mode: str) -> Benchmark:
-    env_id = MODE_ENVS[mode] if path else env_entry(name).env_id
-    bench_cfg = dataclasses.replace(cfg, env=_bench_env(cfg, env_id, path, list(args.overrides)), eval_tasks=0)
+    builtin, _, category = name.partition(":")  # bfcl:<category> plays that category alone
+    env_id = MODE_ENVS[mode] if path else env_entry(builtin).env_id
+    env = _bench_env(cfg, env_id, path, list(args.overrides))
+    if category and not path:
+        env = dataclasses.replace(env, task_types=[category])
+    bench_cfg = dataclasses.replace(cfg, env=env, eval_tasks=0)
     try:
         size = problem_count(bench_cfg.env, "test")  # loads the file: a bad one is one line naming file, row, field
         validate_config(bench_cfg)

@@ -33,9 +33,9 @@ from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
 from agents.engines.vllm import VLLMEngine
 from agents.env_families import make_env
+from agents.formats.tir_agent import TIRAgent
 from agents.models import load_model_and_tokenizer
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
-from agents.tir_agent import TIRAgent
 from trainer.components import make_envs
 from trainer.config.rollout_config import engine_options
 from trainer.setup.build import build_config

@@ -9,7 +9,7 @@ naming the key, rather than running a different algorithm under the same name.
 
 `main` runs one seed: the dataset is alprl's own train draws, one row per GRPO group, in the order `alprl train`
 plays them (`trainer/tasks.py` `episode_specs`); a row's prompt is the messages alprl's agent renders
-(`agents/tir_agent.py` SingleTurnMathAgent), which TRL passes through the same chat template. Before training
+(`agents/formats/tir_agent.py` SingleTurnMathAgent), which TRL passes through the same chat template. Before training
 every row's prompt is tokenized by TRL's own `_tokenize_prompts` and compared with alprl's prompt ids; one
 difference stops the run. The reward is alprl's env: `reset` on the row's task, `step` with the decoded reply,
 the reward it returns (`envs/tir/single_turn.py`: math-verify on the last boxed answer). After training the

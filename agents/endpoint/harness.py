@@ -44,8 +44,8 @@ from agents.endpoint.sampler import Sampler
 from agents.endpoint.server import EndpointServer
 from agents.endpoint.service import EndpointSettings, PolicyService
 from agents.engines.base import Engine
+from agents.formats.tir_agent import TIRAgent
 from agents.rollout import Agent, EpisodeSpec
-from agents.tir_agent import TIRAgent
 from agents.trajectory import Trajectory
 
 

@@ -188,7 +188,7 @@ def _chat_check(render: _Renderer, head: list[dict], script: Sequence[Step]) -> 
 
 def _message_check(render: _Renderer, head: list[dict], script: Sequence[Step],
                    style_name: str) -> tuple[list[int], Break | None]:
-    """The one-message formats: turns and tool outputs concatenated in one assistant message (agents/tir_agent.py);
+    """The one-message formats: turns and tool outputs concatenated in one assistant message (agents/formats/tir_agent.py);
     a later turn's prompt re-renders the message in progress (`continue_final_message`)."""
     tok, style = render.tok, get_style(style_name)
     eot = template_end_of_turn_id(tok)
@@ -244,7 +244,7 @@ def check_template(tok: PreTrainedTokenizerBase, fmt: str = "hermes", script: Se
 
 
 def strip_refusal(agent) -> str | None:
-    """Why `env.think_history=strip` cannot hold for a TIR agent (`agents.tir_agent.TIRAgent`) on its tokenizer;
+    """Why `env.think_history=strip` cannot hold for a TIR agent (`agents.formats.tir_agent.TIRAgent`) on its tokenizer;
     None where it holds: hermes tool turns, under any template (a turn whose rendered prompt does not extend the
     stream starts a new trace of the episode, agents/templates/history.py; `strip_traces` says which)."""
     if agent.tool_turn is None:

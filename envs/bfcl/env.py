@@ -58,7 +58,7 @@ class BFCLEnv(gym.Env[str, str]):
     - `max_steps_per_turn`: BFCL's step limit (20).
     - `observation`: "text" (above) or "messages": each observation is `info["messages"]` as JSON (the first one
       `{"tools": ..., "messages": ...}`), for an agent that renders them with a chat template
-      (agents/bfcl_agent.py); miss_func's added functions are then listed in that turn's user message (BFCL's
+      (agents/formats/bfcl_agent.py); miss_func's added functions are then listed in that turn's user message (BFCL's
       prompting-mode message), so the conversation only grows.
 
     `reset(options={"task_id": k, "task_type": category, "split": s})`: entry k of the categories (of one category

@@ -17,7 +17,7 @@ volcengine/verl `recipe/retool/` and its sandbox-fusion tool ("no stdout here").
   the episode (that turn's code is not run).
 
 hermes under a chat template that renders a `tool` message (Qwen2.5's, Qwen3's, alprl's tiny ChatML;
-`agents.control_tokens.tool_turn_template`, used by agents/tir_agent.py) follows the template, as Qwen's own tool
+`agents.control_tokens.tool_turn_template`, used by agents/formats/tir_agent.py) follows the template, as Qwen's own tool
 calls and verl's tool agent loop do: no stop string; the turn ends at the template's end-of-turn token, sampled by
 the policy; a turn that ended there holding a tool call runs it, and the result (`tool_message`: the output
 without the `<tool_response>` tags, which the template writes) comes back as the template's own tool turn, masked;

@@ -11,8 +11,8 @@ import pytest
 from engine_settings import vllm_engine_kwargs
 from tool_script import OBSERVATION, TURN_1, TURN_2
 
+from agents.formats.tir_agent import TIRAgent
 from agents.models import load_model_and_tokenizer
-from agents.tir_agent import TIRAgent
 from trainer.setup.build import build_config
 from trainer.sft.train import train_on_sequences
 

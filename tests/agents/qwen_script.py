@@ -16,7 +16,7 @@ import torch
 from qwen_vocab import byte_token_ids
 
 from agents.control_tokens import encode_text
-from agents.tir_agent import TIRAgent
+from agents.formats.tir_agent import TIRAgent
 from envs.tir.styles import get_style
 from envs.tir.tasks import generate_task
 

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from agents.bfcl_agent import BFCLAgent
 from agents.control_tokens import continuation_ids
 from agents.env_families import make_env, problem_count
 from agents.experts import play_bfcl_expert
+from agents.formats.bfcl_agent import BFCLAgent
 from envs.bfcl import BFCLEnv
 from trainer.setup.build import build_config
 

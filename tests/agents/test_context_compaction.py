@@ -20,6 +20,8 @@ from test_ended_turns import SPEC, CountingRunner, ScriptedEngine, ids_of
 import envs  # noqa: F401  (registers the alprl/* envs)
 from agents.engines.hf import HFEngine
 from agents.env_families import make_agent, make_env
+from agents.formats.tir_agent import TIRAgent
+from agents.formats.webshop_agent import WebShopAgent
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.templates.history import (
     DROPPED_OUTPUT,
@@ -29,8 +31,6 @@ from agents.templates.history import (
     summary_line,
     target_tokens,
 )
-from agents.tir_agent import TIRAgent
-from agents.webshop_agent import WebShopAgent
 from envs.tir.env import TIRMathEnv
 from envs.tir.styles import get_style
 from trainer.config.train_config import EnvConfig

@@ -12,8 +12,8 @@ from concurrent.futures import Future
 import pytest
 
 from agents.engines.base import GenerationResult
+from agents.formats.tir_agent import SingleTurnMathAgent, TIRAgent
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
-from agents.tir_agent import SingleTurnMathAgent, TIRAgent
 from envs.tir.env import TIRMathEnv
 from envs.tir.single_turn import MathEnv
 from envs.tir.styles import get_style

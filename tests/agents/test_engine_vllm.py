@@ -31,8 +31,8 @@ from agents.engines import CPU_HF_MAX_PARAMETERS, auto_engine, make_engine, reso
 from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
 from agents.engines.vllm import CPU_BLOCK_SIZE, cpu_defaults
+from agents.formats.tir_agent import TIRAgent
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
-from agents.tir_agent import TIRAgent
 from trainer.objective.logprobs import compute_logprobs
 from trainer.objective.types import collate
 

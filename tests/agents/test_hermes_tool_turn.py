@@ -15,8 +15,8 @@ from qwen_vocab import wrap
 from test_ended_turns import LIMITS, SPEC, TASK, CountingRunner, ScriptedEngine, ids_of
 
 from agents.control_tokens import chat_prompt_ids, encode_text
+from agents.formats.tir_agent import TIRAgent
 from agents.rollout import RunToolCall, run_episodes
-from agents.tir_agent import TIRAgent
 from envs.tir.env import TIRMathEnv
 from envs.tir.styles import CODE_INTERPRETER, get_style
 

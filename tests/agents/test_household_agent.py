@@ -7,7 +7,7 @@ import pytest
 
 import envs  # noqa: F401  (registers alprl/*)
 from agents.env_families import env_entry, make_agent
-from agents.household_agent import (
+from agents.formats.household_agent import (
     BANNER,
     CUT_MARKER,
     HINT_PREFIX,

@@ -27,8 +27,8 @@ from agents.endpoint.server import EndpointServer
 from agents.endpoint.service import EndpointSettings, PolicyService
 from agents.engines.base import GenerationResult
 from agents.engines.hf import HFEngine
+from agents.formats.tir_agent import TIRAgent
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
-from agents.tir_agent import TIRAgent
 from envs.tir.env import TIRMathEnv
 from envs.tir.styles import get_style
 from sandbox.execution.in_process import LocalExecutor

@@ -7,7 +7,7 @@ import pytest
 
 import envs  # noqa: F401  (registers alprl/*)
 from agents.env_families import make_env
-from agents.household_agent import UNVISITED_PREFIX, StepContext
+from agents.formats.household_agent import UNVISITED_PREFIX, StepContext
 from agents.projection import ActionProjection, project
 from trainer.config.errors import ConfigError
 from trainer.config.train_config import TrainConfig

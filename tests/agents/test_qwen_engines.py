@@ -22,9 +22,9 @@ from agents.control_tokens import end_of_turn_ids
 from agents.engines import make_engine
 from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
+from agents.formats.tir_agent import TIRAgent
 from agents.models import load_model_and_tokenizer
 from agents.rollout import RolloutLimits, run_episodes
-from agents.tir_agent import TIRAgent
 from envs.tir.env import TIRMathEnv
 from trainer.objective.logprobs import compute_logprobs
 from trainer.objective.types import collate

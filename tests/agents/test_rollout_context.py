@@ -15,8 +15,8 @@ from tool_script import needs_vllm
 import envs  # noqa: F401  (registers alprl/WebShop-v0)
 from agents.engines.base import GenerationRequest
 from agents.engines.hf import HFEngine
+from agents.formats.webshop_agent import WebShopAgent
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
-from agents.webshop_agent import WebShopAgent
 
 # budget > context
 LIMITS = RolloutLimits(max_new_tokens=8, max_response_tokens=4000, max_obs_tokens=700, mask_void_turns=False)

@@ -24,8 +24,8 @@ from engine_settings import HF_FP32
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.engines.base import EngineDied
 from agents.engines.hf import HFEngine
+from agents.formats.tir_agent import TIRAgent
 from agents.rollout import EpisodeSpec, RolloutLimits, infra_failure_reason, run_episodes
-from agents.tir_agent import TIRAgent
 from sandbox.deploy.local_server import start_server
 from trainer.loop import compute_advantages
 from trainer.objective.advantages import broadcast_advantages, group_advantages

@@ -14,8 +14,8 @@ from engine_settings import HF_FP32
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.engines.hf import HFEngine
+from agents.formats.tir_agent import TIRAgent
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
-from agents.tir_agent import TIRAgent
 
 LIMITS = RolloutLimits(48, 200, 32, mask_void_turns=False)
 

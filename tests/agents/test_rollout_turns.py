@@ -116,7 +116,7 @@ def test_a_steps_anchor_obs_is_the_state_when_the_env_gives_one():
 
 
 def test_the_household_wrapper_anchors_on_the_envs_own_feedback():
-    from agents.household_agent import StepContext
+    from agents.formats.household_agent import StepContext
     from envs.household import HouseholdEnv
 
     env = StepContext(HouseholdEnv())

@@ -7,9 +7,9 @@ import pytest
 
 import envs  # noqa: F401  (registers alprl/*)
 from agents.env_families import make_agent
-from agents.household_agent import command_turn
+from agents.formats.household_agent import command_turn
+from agents.formats.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent, instruction_of
 from agents.models import train_tokenizer
-from agents.webshop_agent import WEBSHOP_SYSTEM_PROMPT, WebShopAgent, instruction_of
 from envs.webshop import expert_action
 
 SEARCH_PAGE = "WebShop [SEP] Instruction: [SEP] i need a red mug, and price lower than 20.00 dollars [SEP] Search"

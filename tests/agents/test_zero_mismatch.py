@@ -17,10 +17,10 @@ from tool_script import needs_vllm  # noqa: F401  (fixtures: conftest.py)
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
 from agents.engines.hf import HFEngine
+from agents.formats.tir_agent import TIRAgent
+from agents.formats.webshop_agent import WebShopAgent
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from agents.templates.history import HistoryPolicy
-from agents.tir_agent import TIRAgent
-from agents.webshop_agent import WebShopAgent
 from trainer.diagnostics.mismatch_metrics import mismatch_diagnostics
 from trainer.objective.logprobs import compute_logprobs
 from trainer.objective.types import collate

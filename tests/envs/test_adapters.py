@@ -22,7 +22,7 @@ from test_registry import GARBAGE, check_step
 
 import envs.adapters.alfworld as alfworld_adapter
 from agents.env_families import expert_player, make_env
-from agents.household_agent import StepContext
+from agents.formats.household_agent import StepContext
 from agents.projection import ActionProjection
 from envs import ADAPTER_TWINS
 from envs.adapters import AdapterUnavailable

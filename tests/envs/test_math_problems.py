@@ -183,7 +183,7 @@ def test_a_wrong_or_missing_box_scores_zero_and_ends_the_episode(reply):
 
 def test_the_math_env_and_agent_come_from_the_env_table(tiny_tokenizer, tmp_path):
     from agents.env_families import env_entry, make_agent, make_env, problem_count
-    from agents.tir_agent import SingleTurnMathAgent
+    from agents.formats.tir_agent import SingleTurnMathAgent
     from envs.tir.styles import SINGLE_TURN_SYSTEM_PROMPT
     from trainer.config.train_config import EnvConfig
 

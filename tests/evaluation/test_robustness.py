@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import envs  # noqa: F401  (registers alprl/TIRMath-v0)
+from agents.formats.tir_agent import TIRAgent
 from agents.models import build_tiny_model, save_pretrained
 from agents.perturbation import decoder_layers
 from agents.rollout import RolloutLimits
-from agents.tir_agent import TIRAgent
 from envs.tir.tasks import task_from_id
 from evaluation.evaluate import EvalSettings
 from evaluation.robustness import (

@@ -36,3 +36,24 @@ def test_grpo_trains_three_steps_on_bfcl_and_evaluates_with_its_checker(tmp_path
     evaluated = [json.loads(line) for line in (run / "eval" / "step_3.jsonl").read_text().splitlines()]
     assert [r["task_id"] for r in evaluated] == ["test/0", "test/1"]  # BFCL's first two base entries
     assert all(r["reward"] in (0.0, 1.0) for r in evaluated)
+    # `alprl eval --bench bfcl:...`: one benchmark per category, BFCL's checker scoring each episode
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", str(run / "checkpoints" / "step_3"), "--bench", "bfcl:base,miss_param",
+                 "--tasks", "2", "--k", "1", "--engine", "hf", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "bfcl:base" in printed and "bfcl:miss_param" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    for name in ("bfcl:base", "bfcl:miss_param"):
+        assert summary["benchmarks"][name]["problems"] == 2 and 0.0 <= summary["benchmarks"][name]["avg"] <= 1.0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["bench"] for r in records} == {"bfcl:base", "bfcl:miss_param"}
+
+
+def test_bfcl_names_each_category_as_a_benchmark():
+    from app.eval_plan import parse_benches
+
+    assert parse_benches(["bfcl"]) == [(f"bfcl:{c}", "") for c in ("base", "miss_func", "miss_param", "long_context")]
+    assert parse_benches(["bfcl:base,miss_func,a=F.jsonl"]) == [("bfcl:base", ""), ("bfcl:miss_func", ""),
+                                                                 ("a", "F.jsonl")]
+    with pytest.raises(ValueError, match="BFCL's multi-turn categories are"):
+        parse_benches(["bfcl:simple"])

@@ -55,7 +55,7 @@ def test_cli_dry_run_prints_resolved_config(capsys):
 
 
 def test_sft_cache_key_follows_what_the_expert_plays(monkeypatch, tmp_path):
-    from agents.household_agent import HouseholdAgent
+    from agents.formats.household_agent import HouseholdAgent
     from trainer.sft.cache import sft_fingerprint
 
     base = sft_fingerprint(build_config(None, ["env.id=alprl/Household-v0"]))

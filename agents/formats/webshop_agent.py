@@ -1,6 +1,6 @@
 """WebShop-style agent formatting: the instruction as the task, the env's pages as observations.
 
-Same command-line format as the household agent (agents/household_agent.py): one assistant message, one action
+Same command-line format as the household agent (agents/formats/household_agent.py): one assistant message, one action
 per line ("search[query]" or "click[x]", ending at the newline stop string), each page appended as "{page}\\n> ".
 Pages are the env's `text` observations (WebShop's simple mode) with one part per line instead of " [SEP] " (one
 token instead of four; ReAct lists clickables one per line too). They restate the instruction at the top of every
@@ -17,7 +17,7 @@ admissible actions (the page's buttons are the clickables), and no history windo
 
 from __future__ import annotations
 
-from agents.household_agent import CommandLineAgent
+from agents.formats.household_agent import CommandLineAgent
 
 SEP = " [SEP] "
 WEBSHOP_SYSTEM_PROMPT = ("Shop for the product in the instruction. Reply with one action per line: "
