@@ -1,4 +1,5 @@
-"""`alprl` command line: train, sft, demo, report, eval, robustness, experiment, check-template, env, sandbox.
+"""`alprl` command line: train, sft, demo, report, diagnose, eval, robustness, experiment, check-template, env,
+sandbox.
 
 Configs are YAML files overriding the dataclass defaults of trainer/config/train_config.py, plus `key=value`
 overrides (dotted keys, YAML values) and `algorithm=<preset>`, in the order `CONFIG_ORDER` states. A bad key or value
@@ -15,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from app.check_template import add_check_template_parser, run_check_template_command
+from app.diagnose import add_diagnose_parser, run_diagnose_command
 from app.env_serve import add_env_parser, run_env_command
 from app.eval_cli import add_eval_parser, run_eval_command
 from app.experiments.run import add_experiment_parser, run_experiment_command
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "overlaid on the same axes (e.g. presets from one start)")
     report.add_argument("run_dirs", nargs="+", metavar="RUN")
     report.add_argument("--out", default=None, help="where the HTML goes (default: <first RUN>/report.html)")
+    add_diagnose_parser(sub)
     add_eval_parser(sub)
     _add_robustness_parser(sub)
     add_experiment_parser(sub)
@@ -364,6 +367,7 @@ RUNS = {"sft": _run_sft, "train": _run_train, "demo": _run_demo}
 COMMANDS = {
     "train": run_config_command, "sft": run_config_command, "demo": run_config_command,
     "report": run_report_command,
+    "diagnose": run_diagnose_command,
     "eval": lambda args: guarded("eval", run_eval_command, args),  # a rerun continues from the finished records
     "experiment": lambda args: guarded("experiment", run_experiment_command, args),  # a rerun skips finished cells
     "robustness": run_robustness_command,

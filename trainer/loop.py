@@ -53,6 +53,7 @@ from trainer.algorithms.quatro import quatro_targets
 from trainer.algorithms.vcpo import sequence_log_weights
 from trainer.components import Components, build_components, make_envs
 from trainer.config.train_config import TrainConfig, to_dict
+from trainer.diagnostics.drift_alarm import DriftAlarm
 from trainer.diagnostics.episode_table import EPISODE_COLUMNS, episode_table
 from trainer.diagnostics.mismatch_metrics import mismatch_diagnostics
 from trainer.diagnostics.policy_drift import policy_drift
@@ -402,6 +403,7 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                           config=to_dict(cfg) | {"run_meta": run_meta}) if main else None
     results, rollouts = [], None
     watch = OutageWatch(cfg.rollout.max_infra_frac, cfg.rollout.infra_patience, cfg.env.sandbox_url, cfg.env.harness)
+    drift = DriftAlarm(cfg.diagnostics.drift_window, cfg.diagnostics.drift_bound)
     try:
         if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
             at_start = evaluate(c, cfg, 0)
@@ -420,6 +422,10 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                 result.metrics |= outage.metrics  # rollout/infra_over_bound: the run report lists the step
                 if outage.warning and main:
                     print(f"alprl: warning: {outage.warning}", file=sys.stderr)
+                drift_metrics, drift_warning = drift.update(step, result.metrics)  # a creeping mismatch KL
+                result.metrics |= drift_metrics
+                if drift_warning and main:
+                    print(f"alprl: warning: {drift_warning}", file=sys.stderr)
                 if logger:
                     logger.log(step, result.metrics)
                     if on_eval_schedule(cfg, step) and logger.keeps_episodes:  # a few episodes as text (Trackio)

@@ -32,6 +32,8 @@ RANGES: tuple[Check, ...] = (
     ("diagnostics.rows", ">= 0 (0: every row)", lambda v: v >= 0),
     ("diagnostics.scatter_every", ">= 0 (0: first and last step only)", lambda v: v >= 0),  # trainer/diagnostics/scatter.py
     ("diagnostics.scatter_points", ">= 1", lambda v: v >= 1),
+    ("diagnostics.drift_window", "0 (off) or >= 2", lambda v: v == 0 or v >= 2),  # a line needs two points
+    ("diagnostics.drift_bound", "> 0", lambda v: v > 0),
     *((f"model.{name}", ">= 1", lambda v: v >= 1)
       for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size")),
     ("env.max_turns", ">= 1", lambda v: v >= 1),
