@@ -44,11 +44,13 @@ exit status: 0 done; 2 a bad config key or value, a missing file or server, an e
 /v1/ping or refuses SANDBOX_API_KEY (checked before anything starts), a full disk while saving a checkpoint, or
 (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died;
 4 the infrastructure failed over rollout.max_infra_frac of the episodes in rollout.infra_patience consecutive steps
-(the last step's checkpoint is kept: --resume once the service is back); 128+N stopped by signal N (130 Ctrl-C,
-143 SIGTERM).
+(the last step's checkpoint is kept: --resume once the service is back); 5 the engine does not hold the weights
+the trainer pushed (rollout.verify_weight_sync; the line names the first differing tensor); 128+N stopped by
+signal N (130 Ctrl-C, 143 SIGTERM).
 SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
 ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
 EXIT_ENGINE_DIED = 3
+EXIT_WEIGHT_SYNC = 5
 
 
 def _add_config_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
@@ -268,6 +270,7 @@ def run_config_command(args: argparse.Namespace) -> int:
         print(json.dumps(to_dict(cfg), indent=2))
         return _print_plan(args.command, plan) if plan is not None else 0
     from agents.engines.base import EngineDied
+    from agents.engines.weight_check import WeightSyncError
     from envs.adapters import AdapterUnavailable
     from sandbox.client import SandboxAuthError
     from trainer.runtime.checkpoint import DiskFullError
@@ -287,6 +290,9 @@ def run_config_command(args: argparse.Namespace) -> int:
     except InfraOutage as exc:  # one line: what failed, the step whose checkpoint is kept, what to do
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_INFRA_OUTAGE
+    except WeightSyncError as exc:  # one line naming the first tensor the engine does not hold as pushed
+        print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_WEIGHT_SYNC
 
 
 def checked_config(args: argparse.Namespace) -> tuple[TrainConfig, list[str], MemoryPlan | None]:
