@@ -120,8 +120,9 @@ class HFEngine:
         rows with their own generators."""
         scaled = truncate_logits(logits.float() / self.temperature, top_p=self.top_p, top_k=self.top_k)
         logprobs = scaled.log_softmax(-1)  # (N, V)
-        if self.logprobs_topk:
-            self._top = logprobs.topk(min(self.logprobs_topk, logprobs.shape[-1]), dim=-1)  # (N, k) each
+        if self.logprobs_topk:  # (N, k) ids and log-probs, as lists once per step (a row's .tolist() each costs more)
+            top = logprobs.topk(min(self.logprobs_topk, logprobs.shape[-1]), dim=-1)
+            self._top = (top.indices.tolist(), top.values.tolist())
         if greedy:
             tokens = logprobs.argmax(-1)
         else:
@@ -194,11 +195,11 @@ class HFEngine:
 
     def _append_top(self, result: GenerationResult, row: int) -> None:
         """Row `row`'s top-k of this step (`_sample`), the tokens the sampler keeps only, onto `result.topk`."""
-        values, ids = self._top.values[row], self._top.indices[row]
-        kept = torch.isfinite(values)
+        ids, values = self._top[0][row], self._top[1][row]
         if result.topk is None:
             result.topk = []
-        result.topk.append((ids[kept].tolist(), values[kept].tolist()))
+        kept = [j for j, v in enumerate(values) if v != float("-inf")]
+        result.topk.append(([ids[j] for j in kept], [values[j] for j in kept]))
 
     def submit(self, requests: list[GenerationRequest], *, greedy: bool = False,
                seed: Seed = None) -> list[Future[GenerationResult]]:
