@@ -35,14 +35,12 @@ GATE_BOUND = 1e-5
 """Max |Δ log-prob| of a matched-precision run (tests/agents/test_zero_mismatch.py ZERO_MISMATCH_BOUND)."""
 
 ALIASES = {
-    # TRL GRPOTrainer (vLLM importance-sampling correction): |log π_trainer − log π_vLLM| over sampled tokens
+    # TRL GRPOTrainer (its vLLM importance-sampling correction): |log π_trainer − log π_vLLM| over sampled tokens
     "sampling/sampling_logp_difference/max": "rollout_corr/logp_abs_diff_max",
     "sampling/sampling_logp_difference/mean": "rollout_corr/logp_abs_diff_mean",
-    # verl: rollout_corr/* are alprl's names already; its fully-async trainer's staleness
-    "fully_async/token_staleness/mean": "rollout/token_staleness_mean",
-    "fully_async/token_staleness/max": "rollout/token_staleness_max",
 }
-"""Another trainer's metric name → alprl's name for the same quantity."""
+"""Another trainer's metric name → alprl's name for the same quantity. verl's `rollout_corr/*` (kl, k3_kl, ...) need
+none: alprl logs them under verl's names (trainer/diagnostics/mismatch_metrics.py)."""
 
 DESCRIPTION = __doc__.split("\n\n", 1)[1]
 EPILOG = """exit status: 0 nothing went wrong; 1 something did (the last line names the first step and what);
