@@ -31,6 +31,9 @@ class Trajectory:
                       everywhere in an episode the rollout masked out (`info["loss_masked"]`).
     rollout_logprobs: (R,) the engine's log-prob of each sampled token under the sampling
                       distribution actually used; 0.0 where loss_mask is 0.
+    rollout_topk:     (≤ R,) with `rollout.logprobs_topk` > 0: the sampler's most probable token ids and their
+                      log-probs at each position (`GenerationResult.topk`), ([], []) at observation tokens;
+                      shorter than R (empty without top-k) where the positions after it hold none.
     reward:           scalar outcome reward of the episode, written only through `grade` (the driver that
                       ended the episode) and `shape_reward` (a shaping term added later, e.g. DAPO's).
     group_id:         trajectories sharing a task (GRPO group) share this id; set at construction, changed
@@ -54,6 +57,7 @@ class Trajectory:
     response_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     rollout_logprobs: list[float] = field(default_factory=list)
+    rollout_topk: list[tuple[list[int], list[float]]] = field(default_factory=list)
     reward: float = 0.0
     group_id: int = 0
     task_id: str = ""
@@ -80,11 +84,13 @@ class Trajectory:
         if reason not in TRACE_STARTS:
             raise ValueError(f"start_trace: unknown reason {reason!r}; valid: {', '.join(TRACE_STARTS)}")
         done = Trajectory(prompt_ids=self.prompt_ids, response_ids=self.response_ids, loss_mask=self.loss_mask,
-                          rollout_logprobs=self.rollout_logprobs, reward=self.reward, group_id=self.group_id,
+                          rollout_logprobs=self.rollout_logprobs, rollout_topk=self.rollout_topk,
+                          reward=self.reward, group_id=self.group_id,
                           task_id=self.task_id, turn_spans=self.turn_spans, turn_states=self.turn_states,
                           info={"trace": len(self.earlier), "trace_start": self.info.get("trace_start", "")})
         self.earlier.append(done)
         self.prompt_ids, self.response_ids, self.loss_mask, self.rollout_logprobs = list(prompt_ids), [], [], []
+        self.rollout_topk = []
         self.turn_spans, self.turn_states = [], []
         self.info["trace"] = len(self.earlier)
         self.info["trace_start"] = reason
@@ -92,8 +98,13 @@ class Trajectory:
         starts = self.info.setdefault("trace_starts", {})
         starts[reason] = starts.get(reason, 0) + 1
 
-    def append(self, token_ids: list[int], logprobs: list[float] | None) -> None:
-        """Append sampled tokens (with their log-probs) or, with `logprobs=None`, observation tokens."""
+    def append(self, token_ids: list[int], logprobs: list[float] | None,
+               topk: list[tuple[list[int], list[float]]] | None = None) -> None:
+        """Append sampled tokens (with their log-probs, and the sampler's top-k at each) or, with `logprobs=None`,
+        observation tokens."""
+        if topk is not None:  # the positions before (observations) hold none
+            self.rollout_topk.extend([([], [])] * (len(self.response_ids) - len(self.rollout_topk)))
+            self.rollout_topk.extend(topk)
         self.response_ids.extend(token_ids)
         if logprobs is None:
             self.loss_mask.extend([0] * len(token_ids))
@@ -104,10 +115,11 @@ class Trajectory:
             self.loss_mask.extend([1] * len(token_ids))
             self.rollout_logprobs.extend(float(x) for x in logprobs)
 
-    def append_turn(self, token_ids: list[int], logprobs: list[float], state: str) -> None:
+    def append_turn(self, token_ids: list[int], logprobs: list[float], state: str,
+                    topk: list[tuple[list[int], list[float]]] | None = None) -> None:
         """Append one sampled turn and record its span and the state key it acted on."""
         start = len(self.response_ids)
-        self.append(token_ids, logprobs)
+        self.append(token_ids, logprobs, topk)
         self.turn_spans.append((start, len(self.response_ids)))
         self.turn_states.append(state)
 

@@ -1,4 +1,5 @@
-"""`alprl` command line: train, sft, demo, report, eval, robustness, experiment, check-template, env, sandbox.
+"""`alprl` command line: train, sft, demo, report, diagnose, eval, robustness, experiment, check-template, env, serve,
+sandbox.
 
 Configs are YAML files overriding the dataclass defaults of trainer/config/train_config.py, plus `key=value`
 overrides (dotted keys, YAML values) and `algorithm=<preset>`, in the order `CONFIG_ORDER` states. A bad key or value
@@ -15,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from app.check_template import add_check_template_parser, run_check_template_command
+from app.diagnose import add_diagnose_parser, run_diagnose_command
 from app.env_serve import add_env_parser, run_env_command
 from app.eval_cli import add_eval_parser, run_eval_command
 from app.experiments.run import add_experiment_parser, run_experiment_command
@@ -43,11 +45,13 @@ exit status: 0 done; 2 a bad config key or value, a missing file or server, an e
 /v1/ping or refuses SANDBOX_API_KEY (checked before anything starts), a full disk while saving a checkpoint, or
 (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died;
 4 the infrastructure failed over rollout.max_infra_frac of the episodes in rollout.infra_patience consecutive steps
-(the last step's checkpoint is kept: --resume once the service is back); 128+N stopped by signal N (130 Ctrl-C,
-143 SIGTERM).
+(the last step's checkpoint is kept: --resume once the service is back); 5 the engine does not hold the weights
+the trainer pushed (rollout.verify_weight_sync; the line names the first differing tensor); 128+N stopped by
+signal N (130 Ctrl-C, 143 SIGTERM).
 SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
 ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
 EXIT_ENGINE_DIED = 3
+EXIT_WEIGHT_SYNC = 5
 
 
 def _add_config_args(p: argparse.ArgumentParser, default_config: str | None) -> None:
@@ -81,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "overlaid on the same axes (e.g. presets from one start)")
     report.add_argument("run_dirs", nargs="+", metavar="RUN")
     report.add_argument("--out", default=None, help="where the HTML goes (default: <first RUN>/report.html)")
+    add_diagnose_parser(sub)
     add_eval_parser(sub)
     _add_robustness_parser(sub)
     add_experiment_parser(sub)
@@ -267,6 +272,7 @@ def run_config_command(args: argparse.Namespace) -> int:
         print(json.dumps(to_dict(cfg), indent=2))
         return _print_plan(args.command, plan) if plan is not None else 0
     from agents.engines.base import EngineDied
+    from agents.engines.weight_check import WeightSyncError
     from envs.adapters import AdapterUnavailable
     from sandbox.client import SandboxAuthError
     from trainer.runtime.checkpoint import DiskFullError
@@ -286,6 +292,9 @@ def run_config_command(args: argparse.Namespace) -> int:
     except InfraOutage as exc:  # one line: what failed, the step whose checkpoint is kept, what to do
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_INFRA_OUTAGE
+    except WeightSyncError as exc:  # one line naming the first tensor the engine does not hold as pushed
+        print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_WEIGHT_SYNC
 
 
 def checked_config(args: argparse.Namespace) -> tuple[TrainConfig, list[str], MemoryPlan | None]:
@@ -366,6 +375,7 @@ RUNS = {"sft": _run_sft, "train": _run_train, "demo": _run_demo}
 COMMANDS = {
     "train": run_config_command, "sft": run_config_command, "demo": run_config_command,
     "report": run_report_command,
+    "diagnose": run_diagnose_command,
     "eval": lambda args: guarded("eval", run_eval_command, args),  # a rerun continues from the finished records
     "experiment": lambda args: guarded("experiment", run_experiment_command, args),  # a rerun skips finished cells
     "robustness": run_robustness_command,

@@ -66,6 +66,9 @@ class Components:
     engine_kind: str = ""
     """The engine that samples (vllm | hf): `rollout.engine`, or what `auto` chose for this model and device; the
     run's run_meta.json and an experiment cell's cell.json record it (empty: a hand-built bundle in a test)."""
+    verify_sync: bool = False
+    """Whether the engine checks every weight push by checksums (rollout.verify_weight_sync, and an engine that
+    can: agents/engines/weight_check.py)."""
     grad_scaler: ShardedGradScaler | None = None
     """fp16's dynamic loss scaler (distributed.mixed_precision=fp16), its state saved with checkpoints; None
     otherwise. MIPU's rollback restores the model and optimizer, not the scale: it tracks fp16's range, not the
@@ -75,13 +78,16 @@ class Components:
         """Trainable state beside the model and its optimizer (the ALP log σ), for snapshots and checkpoints."""
         return [self.perturbation] if self.perturbation is not None else []
 
-    def sync_engine(self) -> None:
+    def sync_engine(self) -> dict[str, float]:
         """Push the trainer's weights into the inference engine (after every accepted or rolled-back update), as
-        the sampler sees them: fake-quantized with rollout.sampler_quant, rollout.policy_lag updates old."""
+        the sampler sees them: fake-quantized with rollout.sampler_quant, rollout.policy_lag updates old. Returns
+        `rollout/weight_sync_ok` = 1 when the engine checked the push (rollout.verify_weight_sync; a push that
+        fails the check raises `WeightSyncError` instead), else nothing."""
         if self.sampler is None:
             self.engine.update_weights(full_named_parameters(self.model))
         else:
             self.sampler.push_update(self.engine, self.model)
+        return {"rollout/weight_sync_ok": 1.0} if self.verify_sync else {}
 
     @contextmanager
     def trainer_weights_in_engine(self) -> Iterator[None]:
@@ -153,7 +159,8 @@ def start_engine(cfg: TrainConfig, kind: str, model: PreTrainedModel, tokenizer:
     options = engine_options(r) | (lora_engine_options(cfg.model.lora.r) if adapters else {})
     with visible_devices(ctx):  # a rank's colocated vLLM sees only the rank's own GPU
         engine = make_engine(kind, model, tokenizer, model_path=start, dtype=r.dtype, temperature=r.temperature,
-                             top_p=r.top_p, top_k=r.top_k, seed=cfg.seed, schedule=r.schedule, **options)
+                             top_p=r.top_p, top_k=r.top_k, seed=cfg.seed, schedule=r.schedule,
+                             verify_sync=r.verify_weight_sync, logprobs_topk=r.logprobs_topk, **options)
     if r.engine == "auto" and ctx.rank == 0:  # one line: which engine, and why (rollout.engine= overrides it)
         kind, why = auto_engine(sum(p.numel() for p in model.parameters()),
                                 vllm_only_option=vllm_only(r.schedule, engine_options(r)))
@@ -218,7 +225,8 @@ def build_components(cfg: TrainConfig, init_from: str | None = None, num_envs: i
                       envs=make_envs(cfg, n), optimizer=build_optimizer(model, cfg, perturbation),
                       perturbation=perturbation, reference=reference_policy(cfg, model, ctx), sampler=sampler,
                       pool=ThreadPoolExecutor(max_workers=cfg.rollout.env_concurrency, thread_name_prefix="env-step"),
-                      dist=ctx, engine_kind=kind, grad_scaler=build_grad_scaler(cfg, ctx))
+                      dist=ctx, engine_kind=kind, grad_scaler=build_grad_scaler(cfg, ctx),
+                      verify_sync=engine.verify_sync and sync[0] != "adapter")
 
 
 def reference_policy(cfg: TrainConfig, model: torch.nn.Module, ctx: DistContext) -> torch.nn.Module | None:

@@ -35,6 +35,7 @@ import torch
 
 from agents.endpoint.harness import HarnessSource, load_harness
 from agents.endpoint.service import EndpointSettings
+from agents.engines.weight_check import WeightSyncError
 from agents.rollout import run_episodes
 from agents.trajectory import Trajectory
 from envs.splits import derive_seed
@@ -53,7 +54,9 @@ from trainer.algorithms.quatro import quatro_targets
 from trainer.algorithms.vcpo import sequence_log_weights
 from trainer.components import Components, build_components, make_envs
 from trainer.config.train_config import TrainConfig, to_dict
+from trainer.diagnostics.drift_alarm import DriftAlarm
 from trainer.diagnostics.episode_table import EPISODE_COLUMNS, episode_table
+from trainer.diagnostics.full_vocab_kl import FullVocabKL
 from trainer.diagnostics.mismatch_metrics import mismatch_diagnostics
 from trainer.diagnostics.policy_drift import policy_drift
 from trainer.diagnostics.ratio_diagnostics import RatioProbe, diag_suffixes
@@ -236,9 +239,10 @@ def prepare_batch(c: Components, cfg: TrainConfig, trajs: list[Trajectory],
     # tokens each forward of the batch runs over (prompt + response of every row: a trace repeats its history)
     metrics: dict[str, float] = {"perf/batch_tokens": float(batch.attention_mask.sum())}
     r, truncation = cfg.rollout, TruncationProbe()  # the sampler's top-p / top-k, replayed by every log-prob pass
+    full_kl = FullVocabKL(r.top_p, r.top_k)  # with rollout.logprobs_topk: KL over the vocabulary, same forward
     batch.old_logp = old_logprobs(c.model, batch, r.temperature, cfg.optim.micro_batch_size, top_p=r.top_p,
-                                  top_k=r.top_k, probe=truncation)
-    metrics |= truncation.report()
+                                  top_k=r.top_k, probe=truncation, logits_hook=full_kl.add_logits)
+    metrics |= truncation.report() | full_kl.report()
     if for_update and c.reference is not None:  # KL to the frozen start (algo.kl_coef): its log-probs beside θ_old's
         batch.ref_logp = reference_logprobs(c.reference, batch, r.temperature, cfg.optim.micro_batch_size,
                                             top_p=r.top_p, top_k=r.top_k)
@@ -306,7 +310,7 @@ def learn(c: Components, cfg: TrainConfig, algos: AlgorithmState, trajs: list[Tr
     metrics |= update(c, cfg, batch, step)
     c.engine.wake_up()
     if sync:
-        c.sync_engine()
+        metrics |= c.sync_engine()  # with rollout.verify_weight_sync: checked, rollout/weight_sync_ok
     if snapshot is not None:  # MIPU: keep the candidate only if the deployed policy's gap proxy passes
         metrics |= mipu_screening(c, cfg, algos.mipu, snapshot, step)
     return StepResult(step, metrics)
@@ -402,6 +406,7 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                           config=to_dict(cfg) | {"run_meta": run_meta}) if main else None
     results, rollouts = [], None
     watch = OutageWatch(cfg.rollout.max_infra_frac, cfg.rollout.infra_patience, cfg.env.sandbox_url, cfg.env.harness)
+    drift = DriftAlarm(cfg.diagnostics.drift_window, cfg.diagnostics.drift_bound)
     try:
         if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
             at_start = evaluate(c, cfg, 0)
@@ -410,7 +415,12 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
         rollouts = start_async(c, cfg, lambda k: collect_step(c, cfg, k), start, state.get("extra", {}))
         with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress and main) as bar:
             for step in range(start + 1, cfg.steps + 1):
-                result = train_step(c, cfg, algos, step, rollouts)
+                try:
+                    result = train_step(c, cfg, algos, step, rollouts)
+                except WeightSyncError:  # the step's record says so before the run stops
+                    if logger:
+                        logger.log(step, {"rollout/weight_sync_ok": 0.0})
+                    raise
                 if cfg.eval_tasks and on_eval_schedule(cfg, step):
                     if rollouts is not None:  # the engine has one user at a time
                         rollouts.drain()
@@ -420,6 +430,10 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                 result.metrics |= outage.metrics  # rollout/infra_over_bound: the run report lists the step
                 if outage.warning and main:
                     print(f"alprl: warning: {outage.warning}", file=sys.stderr)
+                drift_metrics, drift_warning = drift.update(step, result.metrics)  # a creeping mismatch KL
+                result.metrics |= drift_metrics
+                if drift_warning and main:
+                    print(f"alprl: warning: {drift_warning}", file=sys.stderr)
                 if logger:
                     logger.log(step, result.metrics)
                     if on_eval_schedule(cfg, step) and logger.keeps_episodes:  # a few episodes as text (Trackio)

@@ -67,7 +67,8 @@ SCHEDULES = {"auto": None, "overlapped": True, "turn_by_turn": False}  # -> VLLM
 
 def make_engine(kind: str, model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase, *,
                 model_path: str | os.PathLike | None = None, dtype: str, temperature: float, top_p: float,
-                top_k: int, seed: int, schedule: str, **vllm_options: Any) -> Engine:
+                top_k: int, seed: int, schedule: str, verify_sync: bool = False, logprobs_topk: int = 0,
+                **vllm_options: Any) -> Engine:
     """Build the rollout engine for `model` (the trainer's policy; the engine starts with its current weights).
 
     Args:
@@ -83,6 +84,8 @@ def make_engine(kind: str, model: PreTrainedModel | None, tokenizer: PreTrainedT
         schedule: how `run_episodes` schedules episodes on this engine (`rollout.schedule`): auto | overlapped |
             turn_by_turn; auto overlaps on a GPU sampler and goes turn by turn where sampler and envs share the
             CPU (see agents/rollout.py). The transformers engine only runs turn by turn.
+        verify_sync: check every weight push by checksums (agents/engines/weight_check.py).
+        logprobs_topk: k > 0: every result also holds each position's k most probable tokens' log-probs.
         **vllm_options: VLLMEngine keywords (gpu_memory_utilization, tensor_parallel_size, quantization,
             kv_cache_dtype, enable_sleep_mode, max_model_len: required by vLLM, as the settings above; ...);
             ignored by the transformers engine.
@@ -98,8 +101,10 @@ def make_engine(kind: str, model: PreTrainedModel | None, tokenizer: PreTrainedT
         if schedule == "overlapped":
             raise ValueError("rollout.schedule=overlapped needs an engine that takes concurrent callers (vllm); the "
                              "transformers engine runs turn by turn: set rollout.schedule=auto or turn_by_turn")
-        return HFEngine(model, tokenizer, dtype=dtype, temperature=temperature, top_p=top_p, top_k=top_k)
+        return HFEngine(model, tokenizer, dtype=dtype, temperature=temperature, top_p=top_p, top_k=top_k,
+                        verify_sync=verify_sync, logprobs_topk=logprobs_topk)
     vllm_options["overlap_episodes"] = SCHEDULES[schedule]
+    vllm_options["verify_sync"], vllm_options["logprobs_topk"] = verify_sync, logprobs_topk
     from agents.engines.vllm import VLLMEngine, vllm_available
 
     if not vllm_available():

@@ -35,6 +35,9 @@ class GenerationResult:
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: FinishReason
+    topk: list[tuple[list[int], list[float]]] | None = None
+    """(R,) with `rollout.logprobs_topk` = k > 0: each position's k most probable token ids and their log-probs
+    under the sampling distribution, most probable first (fewer where it keeps fewer); None when not asked."""
 
 
 Seed = int | Sequence[int] | None
@@ -52,6 +55,9 @@ class Engine(Protocol):
     each call is one batched generation of its own (transformers), so only the turn-by-turn schedule fits."""
     overlap_episodes: bool
     """`run_episodes`' default schedule for this engine: overlapped (True) or turn by turn."""
+    verify_sync: bool
+    """Whether `update_weights` checks every push by checksums and raises `WeightSyncError` naming the first tensor
+    the engine does not hold as pushed (agents/engines/weight_check.py)."""
     max_model_len: int
     """The longest prompt + response in tokens. A request is cut to fit it (finish reason "length"); a prompt
     that fills it gets no tokens, which ends its episode (agents/rollout.py)."""

@@ -21,6 +21,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from agents.engines.base import GenerationRequest, GenerationResult, Seed
 from agents.engines.sampling import truncate_logits
+from agents.engines.weight_check import Checksum, checksum, verify
 
 DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
           "fp16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
@@ -58,7 +59,8 @@ class HFEngine:
     overlap_episodes = False
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, dtype: str,
-                 temperature: float, top_p: float, top_k: int, eos_token_ids: list[int] | None = None):
+                 temperature: float, top_p: float, top_k: int, eos_token_ids: list[int] | None = None,
+                 verify_sync: bool = False, logprobs_topk: int = 0):
         self.model = copy.deepcopy(model).to(resolve_dtype(dtype)).eval()
         self.model.requires_grad_(False)
         self.tokenizer = tokenizer
@@ -72,14 +74,28 @@ class HFEngine:
         # transformers ≥ 5.2x names the KV-cache argument `cache`; older releases `past_key_values`.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.verify_sync = verify_sync  # update_weights compares checksums (agents/engines/weight_check.py)
+        self.logprobs_topk = logprobs_topk  # > 0: each result also holds every position's top-k log-probs
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy the trainer's tensors in, cast to the rollout dtype; with `verify_sync`, then compare each one's
+        checksum as pushed with the parameter's after the copy (`WeightSyncError` names the first that differs)."""
         params = dict(self.model.named_parameters())
+        sums: dict[str, Checksum] = {}
         for name, tensor in named_tensors:
             if name not in params:
                 raise KeyError(f"update_weights: engine model has no parameter {name!r}")
-            params[name].copy_(tensor.detach().to(params[name].dtype))
+            pushed = tensor.detach().to(params[name].dtype)
+            if self.verify_sync:
+                sums[name] = checksum(pushed)
+            self._load(params[name], pushed)
+        if self.verify_sync:
+            verify(sums, {name: [("param", checksum(params[name]))] for name in sums}, "the transformers engine")
+
+    @staticmethod
+    def _load(param: torch.nn.Parameter, tensor: torch.Tensor) -> None:
+        param.copy_(tensor)
 
     def load_adapter(self, path: str) -> None:
         """The Engine protocol's adapter sync, which this engine refuses by design: a LoRA policy reaches it as merged
@@ -99,10 +115,14 @@ class HFEngine:
 
     def _sample(self, logits: torch.Tensor, greedy: bool, uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """logits: (N, V), `uniform`: (N,) in [0, 1) → sampled ids (N,) and their log-probs (N,) under the sampling
-        distribution. Inverse-CDF sampling: row i takes the first token whose cumulative probability exceeds
-        uniform[i], so one vectorized call serves rows with their own generators."""
+        distribution (and, with `logprobs_topk`, `self._top` its k most probable per row). Inverse-CDF sampling:
+        row i takes the first token whose cumulative probability exceeds uniform[i], so one vectorized call serves
+        rows with their own generators."""
         scaled = truncate_logits(logits.float() / self.temperature, top_p=self.top_p, top_k=self.top_k)
         logprobs = scaled.log_softmax(-1)  # (N, V)
+        if self.logprobs_topk:  # (N, k) ids and log-probs, as lists once per step (a row's .tolist() each costs more)
+            top = logprobs.topk(min(self.logprobs_topk, logprobs.shape[-1]), dim=-1)
+            self._top = (top.indices.tolist(), top.values.tolist())
         if greedy:
             tokens = logprobs.argmax(-1)
         else:
@@ -153,6 +173,8 @@ class HFEngine:
                 tok = int(tokens[row])
                 results[i].token_ids.append(tok)
                 results[i].logprobs.append(float(logps[row]))
+                if self.logprobs_topk:
+                    self._append_top(results[i], row)
                 done[i] = self._finished(requests[i], budgets[i], results[i], tok, texts, i)
             finished = [row for row, i in enumerate(rows) if done[i]]
             if len(finished) == len(rows):
@@ -170,6 +192,14 @@ class HFEngine:
             logits = self.model(input_ids=tokens[:, None], attention_mask=attn, position_ids=last_pos[:, None],
                                 use_cache=True, **{self._cache_kw: cache}).logits[:, -1, :]  # the cache grows in place
         return results
+
+    def _append_top(self, result: GenerationResult, row: int) -> None:
+        """Row `row`'s top-k of this step (`_sample`), the tokens the sampler keeps only, onto `result.topk`."""
+        ids, values = self._top[0][row], self._top[1][row]
+        if result.topk is None:
+            result.topk = []
+        kept = [j for j, v in enumerate(values) if v != float("-inf")]
+        result.topk.append(([ids[j] for j in kept], [values[j] for j in kept]))
 
     def submit(self, requests: list[GenerationRequest], *, greedy: bool = False,
                seed: Seed = None) -> list[Future[GenerationResult]]:

@@ -3,7 +3,8 @@
 What it does, and the vLLM setting behind each part:
 - **Token-id prompts** (`TokensPrompt`): the engine never tokenizes; it samples continuations of exactly the ids
   the rollout driver built, and returns exactly the ids it sampled.
-- **Log-probs of the sampling distribution**: `logprobs=0` (the sampled token only) with the engine started in
+- **Log-probs of the sampling distribution**: `logprobs=0` (the sampled token only; `logprobs_topk` = k asks for
+  the k most probable too, agents/engines/vllm_outputs.py) with the engine started in
   `logprobs_mode="processed_logprobs"`, i.e. log-softmax of logits / temperature after top-k and top-p, the
   distribution the token was actually drawn from (vLLM's default, `raw_logprobs`, would report the untempered
   model); the trainer replays that truncation on its own logits (agents/engines/sampling.py states vLLM's rule).
@@ -21,7 +22,7 @@ What it does, and the vLLM setting behind each part:
   carries bytes, not tensors) in chunks of `sync_chunk_mb` and handed to the worker extension (vllm_sync.py), which
   runs vLLM's layerwise in-place reload (checkpoint-format names; fused qkv / gate-up and fp8 re-quantization are
   vLLM's job) and, on CPU, repacks the tied LM head. The prefix cache is reset afterwards: KV blocks computed
-  with the old weights must not be reused.
+  with the old weights must not be reused. `verify_sync` checks each sync (agents/engines/weight_check.py).
 - **Mismatch knobs**: `dtype` (bf16 vs the fp32 trainer), `quantization` (e.g. "fp8", GPU), `kv_cache_dtype`.
 - **LoRA adapters** (`enable_lora=True`, `model.lora.sync=adapter`): `load_adapter` makes every later request sample
   with the trainer's adapter on the base weights (agents/engines/vllm_lora.py).
@@ -65,10 +66,12 @@ from typing import Any
 import torch
 
 from agents.engines import vllm_logs
-from agents.engines.base import EngineDied, FinishReason, GenerationRequest, GenerationResult, Seed
+from agents.engines.base import EngineDied, GenerationRequest, GenerationResult, Seed
 from agents.engines.vllm_lora import AdapterSlot
+from agents.engines.vllm_outputs import finish_reason, top_logprobs
 from agents.engines.vllm_process import EngineCoreWatch, engine_core_processes, unblock_client
 from agents.engines.vllm_sync import pack_chunks
+from agents.engines.weight_check import Checksum, verify
 from envs.splits import derive_seed
 
 log = logging.getLogger(__name__)
@@ -155,15 +158,6 @@ def sampled_logprobs(ids: list[int], positions: Any) -> list[float]:
     return [float(pos[tok].logprob) for tok, pos in zip(ids, positions, strict=True)]
 
 
-def finish_reason(reason: str | None, stop_reason: int | str | None) -> FinishReason:
-    """Map vLLM's (finish_reason, stop_reason) to ours: a stop string is "stop", eos / stop token "eos"."""
-    if reason == "length":
-        return "length"
-    if reason == "stop":
-        return "stop" if isinstance(stop_reason, str) else "eos"
-    raise RuntimeError(f"vLLM request ended with finish_reason={reason!r} (aborted); check the engine log")
-
-
 class VLLMEngine:
     """A vLLM `LLM` behind the `Engine` protocol; one instance per run, weights pushed after each update."""
 
@@ -174,7 +168,8 @@ class VLLMEngine:
                  seed: int, max_model_len: int | None, quantization: str | None, kv_cache_dtype: str,
                  gpu_memory_utilization: float, tensor_parallel_size: int, enable_sleep_mode: bool,
                  kv_cache_memory_bytes: int | None = None, enforce_eager: bool | None = None,
-                 sync_chunk_mb: float = 512, overlap_episodes: bool | None = None, **llm_kwargs: Any):
+                 sync_chunk_mb: float = 512, overlap_episodes: bool | None = None, verify_sync: bool = False,
+                 logprobs_topk: int = 0, **llm_kwargs: Any):
         """Start vLLM on the Hugging Face checkpoint directory `model_path`.
 
         Args (the run config's `rollout.*` and `seed` have no defaults here: the config states them once):
@@ -194,6 +189,8 @@ class VLLMEngine:
             overlap_episodes: whether `run_episodes` overlaps episodes on this engine by default. None: on a GPU
                 yes; on CPU no, because there the sandbox and env steps need the same cores as the sampler, and
                 bench/rollout_throughput.py measured turn by turn faster (see agents/rollout.py).
+            verify_sync: check each `update_weights` by checksums (weight_check.py; off with quantization or TP).
+            logprobs_topk: also report each position's k most probable tokens' log-probs (vllm_outputs.py).
             **llm_kwargs: passed to `vllm.LLM` unchanged.
         """
         if dtype not in VLLM_DTYPES:
@@ -210,11 +207,9 @@ class VLLMEngine:
         if on_cpu:
             llm_kwargs = cpu_defaults(model_path, max_model_len, llm_kwargs)
             kv_cache_memory_bytes = CPU_KV_CACHE_BYTES if kv_cache_memory_bytes is None else kv_cache_memory_bytes
-        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
+        self.temperature, self.top_p, self.top_k, self.logprobs_topk = temperature, top_p, top_k, logprobs_topk
         self.sleep_enabled = bool(enable_sleep_mode) and current_platform.is_sleep_mode_available()
         self.sync_chunk_bytes = int(sync_chunk_mb * (1 << 20))
-        self._sync_dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16,
-                            "float32": torch.float32}.get(VLLM_DTYPES[dtype])
         self._lock = threading.Lock()  # every call into vLLM holds it: its LLM is not thread-safe
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # (prompts, params, futures) posted by `submit`
         self._pending: dict[str, Future] = {}  # vLLM request id -> its future; added by the engine thread only
@@ -235,6 +230,8 @@ class VLLMEngine:
                 worker_extension_cls="agents.engines.vllm_sync.WeightSyncExtension",
                 **(vllm_logs.llm_log_options() | llm_kwargs))
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self._sync_dtype = self.llm.llm_engine.model_config.dtype  # what pushes are cast to ("auto": the model's)
+        self.verify_sync = verify_sync and not quantization and tensor_parallel_size == 1
         self._watch = EngineCoreWatch(self._llm, self._on_death)
         atexit.register(self.close)
 
@@ -298,7 +295,7 @@ class VLLMEngine:
         # process: A/Bs on the 2-core machine ranged 0.93-1.18x tokens/s, inside their run-to-run noise.
         return SamplingParams(n=1, max_tokens=max_tokens, temperature=0.0 if greedy else self.temperature,
                               top_p=1.0 if greedy else self.top_p, top_k=0 if greedy else self.top_k,
-                              seed=None if greedy else seed, logprobs=0,
+                              seed=None if greedy else seed, logprobs=self.logprobs_topk,
                               stop=list(req.stop_strings) or None, include_stop_str_in_output=True,
                               stop_token_ids=list(req.stop_token_ids) or None,
                               skip_special_tokens=False, spaces_between_special_tokens=False,
@@ -398,13 +395,14 @@ class VLLMEngine:
             _settle(future, error=err)
         self._pending.clear()
 
-    @staticmethod
-    def _result(completion: Any) -> GenerationResult:
+    def _result(self, completion: Any) -> GenerationResult:
         ids = list(completion.token_ids)
         if completion.logprobs is None or len(completion.logprobs) != len(ids):
-            raise RuntimeError("VLLMEngine: vLLM returned no per-token log-probs (logprobs=0 was requested)")
+            raise RuntimeError("VLLMEngine: vLLM returned no per-token log-probs (logprobs were requested)")
         return GenerationResult(ids, sampled_logprobs(ids, completion.logprobs),
-                                finish_reason(completion.finish_reason, completion.stop_reason))
+                                finish_reason(completion.finish_reason, completion.stop_reason),
+                                topk=top_logprobs(completion.logprobs, self.logprobs_topk) if self.logprobs_topk
+                                else None)
 
     # ------------------------------------------------------------------------------------ weights, memory
 
@@ -420,13 +418,16 @@ class VLLMEngine:
         with self._vllm() as llm:
             self._idle("update_weights")
             llm.collective_rpc("alprl_begin_sync")
+            sums: dict[str, Checksum] | None = {} if self.verify_sync else None  # filled as the tensors are packed
             try:
-                for blob in pack_chunks(named_tensors, self._sync_dtype, self.sync_chunk_bytes):
+                for blob in pack_chunks(named_tensors, self._sync_dtype, self.sync_chunk_bytes, sums):
                     llm.collective_rpc("alprl_load_chunk", args=(blob,))
             finally:  # even after a bad tensor: finalizing puts every layer back into a servable state
                 if self._dead is None:  # (a dead engine has nothing to finalize)
                     llm.collective_rpc("alprl_finish_sync")
                     llm.reset_prefix_cache()  # cached KV came from the old weights
+            if sums is not None:  # what the worker holds now, against what was pushed
+                verify(sums, llm.collective_rpc("alprl_checksums")[0], "the vLLM engine")
 
     def load_adapter(self, path: str | os.PathLike) -> None:
         """Sample every later request with the LoRA adapter in directory `path` (peft's layout) on the base weights,

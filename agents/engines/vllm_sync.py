@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 import torch
 
+from agents.engines.weight_check import Checksum, checksum
+
 
 class WeightSyncExtension:
     """Mixed into each vLLM worker (`worker_extension_cls`): receives weights as safetensors bytes.
@@ -48,6 +50,13 @@ class WeightSyncExtension:
         with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
             finalize_layerwise_reload(model, self.vllm_config.model_config)  # type: ignore[attr-defined]
         _repack_cpu_gemms(model)
+
+
+    def alprl_checksums(self) -> dict:
+        """What this worker holds, per checkpoint tensor name (agents/engines/vllm_readback.py)."""
+        from agents.engines.vllm_readback import engine_readings
+
+        return engine_readings(self.model_runner.get_model())  # type: ignore[attr-defined]
 
 
 class _ExpectedReloadGaps(logging.Filter):
@@ -92,8 +101,9 @@ def _repack_cpu_gemms(model: torch.nn.Module) -> None:
 
 
 def pack_chunks(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype | None,
-                chunk_bytes: int) -> Iterable[bytes]:
-    """Serialize (name, tensor) pairs into safetensors blobs of about `chunk_bytes` each (CPU, contiguous)."""
+                chunk_bytes: int, sums: dict[str, Checksum] | None = None) -> Iterable[bytes]:
+    """Serialize (name, tensor) pairs into safetensors blobs of about `chunk_bytes` each (CPU, contiguous); with
+    `sums`, record each tensor's checksum as pushed (cast to `dtype`) there, for the sync check."""
     from safetensors.torch import save
 
     chunk: dict[str, torch.Tensor] = {}
@@ -104,6 +114,8 @@ def pack_chunks(named_tensors: Iterable[tuple[str, torch.Tensor]], dtype: torch.
         if name in chunk:
             raise ValueError(f"update_weights: tensor {name!r} given twice")
         chunk[name] = t
+        if sums is not None:
+            sums[name] = checksum(t)
         size += t.numel() * t.element_size()
         if size >= chunk_bytes:
             yield save(chunk)

@@ -119,6 +119,17 @@ class RolloutConfig:
     max_model_len: int = 0
     """vLLM context length (prompt + response tokens); 0: the model config's `max_position_embeddings`, which the
     transformers engine always uses."""
+    logprobs_topk: int = 0
+    """Log-probs of the sampler's k most probable tokens at every sampled position (vLLM's SamplingParams(logprobs=k),
+    the transformers engine's own top-k), from which the trainer logs `rollout_corr/full_vocab_kl`, the
+    sampler-vs-trainer KL over the whole vocabulary with the rest lumped into a tail bucket
+    (trainer/diagnostics/full_vocab_kl.py). 0: off. vLLM refuses k above its max_logprobs (20 unless started with
+    more). bench/forensics_cost.py measures its cost per step."""
+    verify_weight_sync: bool = True
+    """After every weight push, compare a checksum of each tensor as pushed with what the engine holds after loading
+    it (both engines; vLLM with one worker and no `quantization`) and stop the run naming the first tensor that
+    differs (agents/engines/weight_check.py); logged as rollout/weight_sync_ok. bench/forensics_cost.py measures
+    its cost per step."""
     enable_sleep_mode: bool = False
     """vLLM on GPU: free sampler weights + KV cache while the trainer updates (no effect on CPU)."""
 

@@ -224,6 +224,14 @@ class DiagnosticsConfig:
     N steps and at the first and last step (0: only those two); the report draws them (ALP paper Fig. 10)."""
     scatter_points: int = 20000
     """Tokens in each scatter sample (a seeded draw without replacement; fewer when the batch has fewer)."""
+    drift_window: int = 8
+    """Steps over which the drift alarm fits the trend of the mismatch KL (`rollout_corr/k3_kl`); a rise over the
+    window above drift_bound prints a warning line and logs `rollout_corr/drift_alarm` = 1
+    (trainer/diagnostics/drift_alarm.py). 0: no alarm."""
+    drift_bound: float = 0.005
+    """The drift alarm's bound on the KL's fitted rise over drift_window steps. 0.005 is the KL bound of prime-rl's
+    NIXL investigation (PrimeIntellect-ai/prime-rl docs/nixl-kl-investigation.md), whose broken transfer drifted
+    from 0.002 to 0.035 in 16 steps."""
 
 
 @dataclass

@@ -20,12 +20,17 @@ Legend: B rows, L padded sequence width, T response width, V vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from agents.engines.sampling import keeps_all
 from trainer.objective.truncation import TruncationProbe, truncated_token_logprobs
 from trainer.objective.types import Batch
+
+LogitsHook = Callable[[torch.Tensor, Batch], None]
+"""Sees a micro-batch's response logits / τ, (b, T, V) without grad, and the micro-batch."""
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -64,12 +69,16 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 def compute_logprobs(model: nn.Module, batch: Batch, temperature: float, with_entropy: bool = False, *,
                      top_p: float = 1.0, top_k: int = 0, probe: TruncationProbe | None = None,
-                     entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     entropy_grad: bool = False, logits_hook: LogitsHook | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logp (B, T), entropy (B, T) or None) on the batch's device; padding positions hold garbage — always use
     the mask. `top_p` / `top_k`: the sampler's truncation, replayed (`truncated_token_logprobs`); `probe` collects
-    its metrics over the sampled tokens. The entropy carries a gradient only with `entropy_grad` (an entropy
-    term in the loss); as a metric it costs no backward through the (B, T, V) softmax."""
+    its metrics over the sampled tokens; `logits_hook(logits, batch)` sees the (B, T, V) logits / τ (no grad; the
+    full-vocabulary KL, trainer/diagnostics/full_vocab_kl.py). The entropy carries a gradient only with
+    `entropy_grad` (an entropy term in the loss); as a metric it costs no backward through the (B, T, V) softmax."""
     logits = response_logits(model, batch, temperature)
+    if logits_hook is not None:
+        logits_hook(logits.detach(), batch)
     ids = batch.response_ids.to(logits.device)
     if keeps_all(top_p, top_k):
         logp = token_logprobs(logits, ids)
@@ -101,9 +110,10 @@ def micro_batches(rows: torch.Tensor, size: int, batch: Batch) -> list[torch.Ten
 @torch.no_grad()
 def clean_forward(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int,
                   with_entropy: bool = False, *, top_p: float = 1.0, top_k: int = 0,
-                  probe: TruncationProbe | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  probe: TruncationProbe | None = None,
+                  logits_hook: LogitsHook | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logp (B, T), entropy (B, T) or None) of the unperturbed model in eval mode, no grad; `top_p`, `top_k`,
-    `probe` as in `compute_logprobs`."""
+    `probe`, `logits_hook` as in `compute_logprobs`."""
     was_training = model.training
     model.eval()
     out = torch.zeros_like(batch.rollout_logp)
@@ -111,7 +121,7 @@ def clean_forward(model: nn.Module, batch: Batch, temperature: float, micro_batc
     for rows in micro_batches(torch.arange(len(batch)), micro_batch_size, batch):
         sub = batch.select(rows)
         logp, entropy = compute_logprobs(model, sub, temperature, with_entropy=with_entropy, top_p=top_p,
-                                         top_k=top_k, probe=probe)
+                                         top_k=top_k, probe=probe, logits_hook=logits_hook)
         out[rows, : logp.shape[1]] = logp
         if ent is not None:
             ent[rows, : entropy.shape[1]] = entropy
@@ -120,8 +130,11 @@ def clean_forward(model: nn.Module, batch: Batch, temperature: float, micro_batc
 
 
 def old_logprobs(model: nn.Module, batch: Batch, temperature: float, micro_batch_size: int, *, top_p: float = 1.0,
-                 top_k: int = 0, probe: TruncationProbe | None = None) -> torch.Tensor:
+                 top_k: int = 0, probe: TruncationProbe | None = None,
+                 logits_hook: LogitsHook | None = None) -> torch.Tensor:
     """Trainer log-probs at θ_old for the whole batch, (B, T); same micro-batch composition as updates
     (`prepare_batch` in trainer/loop.py stores them as `batch.old_logp`). A `probe` collects the truncation's
-    `rollout_corr/truncation_*` metrics (θ_old's kept set against the tokens the sampler drew)."""
-    return clean_forward(model, batch, temperature, micro_batch_size, top_p=top_p, top_k=top_k, probe=probe)[0]
+    `rollout_corr/truncation_*` metrics (θ_old's kept set against the tokens the sampler drew); `logits_hook` sees each
+    micro-batch's logits (the full-vocabulary KL)."""
+    return clean_forward(model, batch, temperature, micro_batch_size, top_p=top_p, top_k=top_k, probe=probe,
+                         logits_hook=logits_hook)[0]

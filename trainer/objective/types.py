@@ -50,6 +50,10 @@ class Batch:
     ref_logp:       (B, T) log-probs of the frozen reference policy (no grad; None unless algo.kl_coef > 0).
     episode_index:  (B,)   the episode of each row, 0..E−1, consecutive rows per episode (`collate`; None: each row
                     its own episode). `EpisodeRows` reduces over it.
+    rollout_topk_ids:  (B, T, k) the sampler's k most probable token ids at each position (rollout.logprobs_topk
+                       > 0; `Trajectory.rollout_topk`), where it reported fewer padded with its first (0 where
+                       none); None without top-k.
+    rollout_topk_logp: (B, T, k) their log-probs under the sampling distribution, −inf where absent.
 
     `collate` fills the rollout's fields from the trajectories; every later field (and the KL-penalized rewards)
     is assigned by `trainer/loop.py`'s `prepare_batch` only, from what its stages return, for the update's batch
@@ -72,6 +76,8 @@ class Batch:
     quatro_targets: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
     episode_index: torch.Tensor | None = None
+    rollout_topk_ids: torch.Tensor | None = None
+    rollout_topk_logp: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -89,7 +95,7 @@ class Batch:
             elif value.dim() == 2 and value.shape[1] == self.input_ids.shape[1] and name in ("input_ids",
                                                                                               "attention_mask"):
                 pick[name] = value[rows, :width]
-            elif value.dim() == 2:
+            elif value.dim() in (2, 3):  # (B, T) and (B, T, k) response-aligned fields
                 pick[name] = value[rows, :t_width]
             else:
                 pick[name] = value[rows]
@@ -122,6 +128,7 @@ def collate(episodes: list[Trajectory], pad_id: int) -> Batch:
             response_ids[i, :n] = torch.tensor(t.response_ids)
             loss_mask[i, :n] = torch.tensor(t.loss_mask, dtype=torch.float32)
             rollout_logp[i, :n] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
+    topk_ids, topk_logp = _collate_topk(trajectories, t_max)
     return Batch(
         input_ids=input_ids, attention_mask=attention,
         response_start=torch.tensor([len(t.prompt_ids) for t in trajectories]),
@@ -129,8 +136,25 @@ def collate(episodes: list[Trajectory], pad_id: int) -> Batch:
         response_ids=response_ids, loss_mask=loss_mask, rollout_logp=rollout_logp,
         rewards=torch.tensor([float(t.reward) for t in trajectories]),
         group_ids=torch.tensor([t.group_id for t in trajectories]),
-        episode_index=episode_index,
+        episode_index=episode_index, rollout_topk_ids=topk_ids, rollout_topk_logp=topk_logp,
     )
+
+
+def _collate_topk(trajectories: list[Trajectory], t_max: int) -> tuple[Tensor | None, Tensor | None]:
+    """(B, T, k) ids and log-probs of the sampler's top-k (`Trajectory.rollout_topk`); (None, None) when no trace
+    holds any."""
+    k = max((len(ids) for t in trajectories for ids, _ in t.rollout_topk), default=0)
+    if not k:
+        return None, None
+    ids = torch.zeros((len(trajectories), t_max, k), dtype=torch.long)
+    logp = torch.full((len(trajectories), t_max, k), float("-inf"))
+    for i, t in enumerate(trajectories):
+        for pos, (top_ids, top_logp) in enumerate(t.rollout_topk):
+            if top_ids:
+                ids[i, pos] = top_ids[0]  # the padding repeats a present id: a scatter over the k ids stays exact
+                ids[i, pos, : len(top_ids)] = torch.tensor(top_ids)
+                logp[i, pos, : len(top_logp)] = torch.tensor(top_logp, dtype=torch.float32)
+    return ids, logp
 
 
 @dataclass(frozen=True)

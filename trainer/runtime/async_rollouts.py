@@ -94,6 +94,7 @@ class AsyncRollouts:
         self.pending: dict[int, Pending] = restore(saved or {})
         self.last: dict[str, float] = {}
         self.sync_wait = 0.0
+        self.synced: dict[str, float] = {}  # the last sync's check (`Components.sync_engine`)
         for step in range(start + 1, start + self.ahead + 2):
             if step not in self.pending and start < self.steps:  # a fresh run: all on θ_0; a resume: batch start + a + 1 on θ_start
                 self._submit(step)
@@ -126,7 +127,7 @@ class AsyncRollouts:
         start = time.perf_counter()
         self.drain()
         self.sync_wait = time.perf_counter() - start
-        self.c.sync_engine()
+        self.synced = self.c.sync_engine()  # rollout/weight_sync_ok when the engine checks the push
         self.version += 1
         if step < self.steps:  # the batch that uses θ_step; past `steps` only those a checkpoint must hold
             self._submit(step + self.ahead + 1)
@@ -136,6 +137,7 @@ class AsyncRollouts:
         tokens = sum(t.episode_sampled_tokens for t in trajs)
         m = dict(self.last)
         m["perf/rollout_wait_s"] += self.sync_wait
+        m |= self.synced
         m["perf/rollout_tokens_per_s"] = tokens / max(m["perf/rollout_s"], 1e-9)
         return m
 

@@ -32,6 +32,8 @@ RANGES: tuple[Check, ...] = (
     ("diagnostics.rows", ">= 0 (0: every row)", lambda v: v >= 0),
     ("diagnostics.scatter_every", ">= 0 (0: first and last step only)", lambda v: v >= 0),  # trainer/diagnostics/scatter.py
     ("diagnostics.scatter_points", ">= 1", lambda v: v >= 1),
+    ("diagnostics.drift_window", "0 (off) or >= 2", lambda v: v == 0 or v >= 2),  # a line needs two points
+    ("diagnostics.drift_bound", "> 0", lambda v: v > 0),
     *((f"model.{name}", ">= 1", lambda v: v >= 1)
       for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size")),
     ("env.max_turns", ">= 1", lambda v: v >= 1),
@@ -63,6 +65,7 @@ RANGES: tuple[Check, ...] = (
     ("rollout.max_model_len", ">= 0 (0: the model's)", lambda v: v >= 0),
     ("rollout.sampler_quant_group", ">= 0 (0: one scale per output channel)", lambda v: v >= 0),
     ("rollout.policy_lag", ">= 0 (0: on-policy sampler)", lambda v: v >= 0),
+    ("rollout.logprobs_topk", ">= 0 (0: off)", lambda v: v >= 0),
     ("rollout.max_staleness", ">= 1 (updates)", lambda v: v >= 1),
     ("rollout.async_prefetch", ">= 0 (0: rollout.max_staleness)", lambda v: v >= 0),
     ("algo.clip_low", "0 < clip_low <= 1 (the lower clip is 1 - clip_low; 1: no lower clip)", lambda v: 0 < v <= 1),
