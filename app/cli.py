@@ -46,8 +46,11 @@ exit status: 0 done; 2 a bad config key or value, a missing file or server, an e
 (--dry-run) a memory plan that does not fit distributed.device_memory_gib; 3 the inference engine's process died;
 4 the infrastructure failed over rollout.max_infra_frac of the episodes in rollout.infra_patience consecutive steps
 (the last step's checkpoint is kept: --resume once the service is back); 5 the engine does not hold the weights
-the trainer pushed (rollout.verify_weight_sync; the line names the first differing tensor); 128+N stopped by
-signal N (130 Ctrl-C, 143 SIGTERM).
+the trainer pushed (rollout.verify_weight_sync; the line names the first differing tensor); 6 every GRPO group had
+one reward for degenerate_patience steps in a row, with --fail-on-degenerate (the step's checkpoint is kept);
+128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).
+--no-progress prints one plain line a step (step, elapsed, reward, loss) instead of the bar; every
+degenerate_patience steps in a row whose groups all had one reward print one warning line.
 SIGTERM or Ctrl-C closes the engine, sandbox and logs first; a second signal, or cleanup still running
 ALPRL_STOP_TIMEOUT_S seconds (default 30) after the first, kills the run's child processes and exits at once."""
 EXIT_ENGINE_DIED = 3
@@ -74,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_config_args(train, None)
     train.add_argument("--resume", action="store_true", help="continue from <output_dir>/checkpoints/latest")
+    train.add_argument("--fail-on-degenerate", action="store_true",
+                       help="stop (exit status 6, that step's checkpoint kept) when every GRPO group had one reward "
+                            "for degenerate_patience steps in a row (without it: one warning line)")
     sft = sub.add_parser("sft", help="build the tiny model and warm-start it on imperfect expert episodes")
     _add_config_args(sft, None)
     sft.add_argument("--force", action="store_true",
@@ -276,6 +282,7 @@ def run_config_command(args: argparse.Namespace) -> int:
     from envs.adapters import AdapterUnavailable
     from sandbox.client import SandboxAuthError
     from trainer.runtime.checkpoint import DiskFullError
+    from trainer.runtime.degenerate import EXIT_DEGENERATE, DegenerateRun
     from trainer.runtime.outage import EXIT_INFRA_OUTAGE, InfraOutage
 
     try:
@@ -295,12 +302,17 @@ def run_config_command(args: argparse.Namespace) -> int:
     except WeightSyncError as exc:  # one line naming the first tensor the engine does not hold as pushed
         print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_WEIGHT_SYNC
+    except DegenerateRun as exc:  # --fail-on-degenerate: one line, the step whose checkpoint is kept
+        print(f"alprl {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_DEGENERATE
 
 
 def checked_config(args: argparse.Namespace) -> tuple[TrainConfig, list[str], MemoryPlan | None]:
     """The command's config, its shape and host-memory warnings, and (train --dry-run) its memory plan; a
     ConfigError for anything the run would refuse, so --dry-run refuses it too (all but a sandbox that does not
     answer: a dry run reaches no service)."""
+    if getattr(args, "fail_on_degenerate", False):
+        args.overrides = [*args.overrides, "fail_on_degenerate=true"]
     cfg = build_config(args.config, args.overrides)
     for note in preset_notes(args.config, args.overrides):  # where the recipe's keys win over `algorithm=`
         print(f"alprl {args.command}: note: {note}", file=sys.stderr)
@@ -357,7 +369,7 @@ def _run_sft(args: argparse.Namespace, cfg: TrainConfig, show: bool) -> int:
 def _run_train(args: argparse.Namespace, cfg: TrainConfig, show: bool) -> int:
     from trainer.loop import train
 
-    results = train(cfg, resume=args.resume, show_progress=show)
+    results = train(cfg, resume=args.resume, show_progress=show, step_lines=not show)
     if results and os.environ.get("RANK", "0") in ("", "0"):  # under torchrun: rank 0 speaks for the run
         print(json.dumps({k: round(v, 4) for k, v in results[-1].metrics.items()}, indent=1))
     return 0

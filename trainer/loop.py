@@ -72,6 +72,7 @@ from trainer.objective.types import Batch, EpisodeRows, collate
 from trainer.reference import kl_reward_penalty, reference_logprobs
 from trainer.runtime.async_rollouts import AsyncRollouts, start_async
 from trainer.runtime.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from trainer.runtime.degenerate import DegenerateRun, DegenerateWatch
 from trainer.runtime.distributed import DistContext, close_distributed, init_distributed, rank_share
 from trainer.runtime.logger import MetricLogger, require_logger_packages
 from trainer.runtime.outage import InfraOutage, OutageWatch
@@ -373,11 +374,12 @@ def load_extra_state(c: Components, algos: AlgorithmState, state: dict) -> int:
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
-          evaluate_at_start: bool = False) -> list[StepResult]:
+          evaluate_at_start: bool = False, step_lines: bool = False) -> list[StepResult]:
     """Run `cfg.steps` RL iterations (continuing from the latest checkpoint with `resume`).
 
     With `eval_tasks > 0`, held-out evaluation runs every `eval_every` steps and after the last step,
     and with `evaluate_at_start` (or `cfg.eval_at_start`) also before any update (logged as the step-0 record).
+    Without a progress bar, `step_lines` prints one plain line a step instead (`alprl train --no-progress`).
     """
     run_dir = Path(cfg.output_dir)
     ckpt = latest_checkpoint(run_dir) if resume else None
@@ -386,13 +388,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, show_progress: bool = True,
     require_logger_packages(wandb=cfg.logging.wandb, trackio=cfg.logging.trackio)  # a missing one: before anything
     ctx = init_distributed(cfg)  # torchrun's process group and this rank's device (one CPU process: nothing)
     try:
-        return _train(cfg, ctx, ckpt, show_progress, evaluate_at_start)
+        return _train(cfg, ctx, ckpt, show_progress, evaluate_at_start, step_lines)
     finally:
         close_distributed(ctx)
 
 
 def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress: bool,
-           evaluate_at_start: bool) -> list[StepResult]:
+           evaluate_at_start: bool, step_lines: bool) -> list[StepResult]:
     run_dir = Path(cfg.output_dir)
     seed_everything(cfg.seed)
     c = build_components(cfg, init_from=str(ckpt) if ckpt else None, ctx=ctx)
@@ -407,13 +409,15 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
     results, rollouts = [], None
     watch = OutageWatch(cfg.rollout.max_infra_frac, cfg.rollout.infra_patience, cfg.env.sandbox_url, cfg.env.harness)
     drift = DriftAlarm(cfg.diagnostics.drift_window, cfg.diagnostics.drift_bound)
+    flat = DegenerateWatch(cfg.degenerate_patience, cfg.fail_on_degenerate)
     try:
         if cfg.eval_tasks and (evaluate_at_start or cfg.eval_at_start) and start == 0:
             at_start = evaluate(c, cfg, 0)
             if logger:
                 logger.log(0, at_start)
         rollouts = start_async(c, cfg, lambda k: collect_step(c, cfg, k), start, state.get("extra", {}))
-        with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress and main) as bar:
+        with progress_bar("RL", total=cfg.steps, completed=start, enabled=show_progress and main,
+                          lines_every_step=step_lines and main) as bar:
             for step in range(start + 1, cfg.steps + 1):
                 try:
                     result = train_step(c, cfg, algos, step, rollouts)
@@ -434,18 +438,23 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                 result.metrics |= drift_metrics
                 if drift_warning and main:
                     print(f"alprl: warning: {drift_warning}", file=sys.stderr)
+                flat_warning, flat_stop = flat.after_step(step, result.metrics)  # groups with one reward each
+                if flat_warning and main:
+                    print(f"alprl: warning: {flat_warning}", file=sys.stderr)
                 if logger:
                     logger.log(step, result.metrics)
                     if on_eval_schedule(cfg, step) and logger.keeps_episodes:  # a few episodes as text (Trackio)
                         logger.log_episodes(step, EPISODE_COLUMNS, episode_table(result.trajectories, c.tokenizer))
                 result.trajectories = []  # `results` keeps every step's metrics, not its batch
                 results.append(result)
-                if step % cfg.save_every == 0 or step == cfg.steps or outage.stop:
+                if step % cfg.save_every == 0 or step == cfg.steps or outage.stop or flat_stop:
                     save_checkpoint(run_dir, step, c.model, c.tokenizer, c.optimizer,
                                     extra=extra_state(c, algos, rollouts), run_config=cfg, run_meta=run_meta, ctx=ctx)
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
                 if outage.stop:  # trainer/runtime/outage.py: the infrastructure kept failing; --resume goes on here
                     raise InfraOutage(outage.stop)
+                if flat_stop:  # trainer/runtime/degenerate.py: nothing to learn from, and the user asked to stop
+                    raise DegenerateRun(flat_stop)
     finally:
         if rollouts is not None:  # before the engine closes
             rollouts.close()

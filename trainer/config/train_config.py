@@ -274,6 +274,11 @@ class TrainConfig:
     """Greedy decoding for evaluation instead of sampling at the rollout temperature."""
     torch_threads: int = 0
     """Intra-op CPU threads for torch (0: torch's default). Tiny models on a busy machine run faster with 1."""
+    degenerate_patience: int = 5
+    """Steps in a row whose every GRPO group had one reward for all its members (no learning signal) before the run
+    says so in one line (0: never; trainer/runtime/degenerate.py)."""
+    fail_on_degenerate: bool = False
+    """Stop the run there instead (exit status 6, that step's checkpoint kept); `alprl train --fail-on-degenerate`."""
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)

@@ -55,9 +55,17 @@ class _LogLines:
 
 
 @contextmanager
-def progress_bar(label: str, total: int, completed: int = 0, enabled: bool = True) -> Iterator[_Bar | _LogLines]:
+def progress_bar(label: str, total: int, completed: int = 0, enabled: bool = True,
+                 lines_every_step: bool = False) -> Iterator[_Bar | _LogLines]:
+    """A bar on a terminal, lines at every tenth of the work in a log; disabled, nothing, or with
+    `lines_every_step` one plain line per unit of work (`alprl train --no-progress`)."""
     if not enabled:
-        yield _Bar(None, None)
+        if lines_every_step:
+            lines = _LogLines(Console(), label, total, completed)
+            lines.every = 1
+            yield lines
+        else:
+            yield _Bar(None, None)
         return
     console = Console()
     if not console.is_terminal:

@@ -23,6 +23,7 @@ RANGES: tuple[Check, ...] = (
     # (key, what is allowed, test); the reason is the consumer named in the comment
     ("steps", ">= 0", lambda v: v >= 0),
     ("save_every", ">= 1", lambda v: v >= 1),  # step % save_every
+    ("degenerate_patience", ">= 0 (0: never)", lambda v: v >= 0),
     ("eval_every", ">= 0", lambda v: v >= 0),
     ("eval_tasks", ">= 0 (0: no evaluation; at most the test split's size)", lambda v: v >= 0),  # file_checks.py
     ("eval_samples", ">= 1", lambda v: v >= 1),
