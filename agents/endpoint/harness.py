@@ -109,8 +109,11 @@ def load_harness(spec: str) -> HarnessFn:
     return fn
 
 
-def task_tools(agent: Agent) -> list[dict[str, Any]] | None:
-    """The tools a TIR agent's style calls (hermes' `code_interpreter`); None for other agents and styles."""
+def task_tools(agent: Agent, first_obs: str = "") -> list[dict[str, Any]] | None:
+    """The tools the episode's calls may use: a TIR agent's style's (hermes' `code_interpreter`), the entry's
+    functions for an agent that opens with its own (BFCL's, `opening`); None for other agents and styles."""
+    if hasattr(agent, "opening"):
+        return agent.opening(first_obs)[1]
     schema = agent.style.tool_schema if isinstance(agent, TIRAgent) else None
     return None if schema is None else [schema]
 
@@ -172,7 +175,7 @@ class HarnessSource:
         ep = recorder.register(episode_id, index, group_id=spec.group_id, task_id=task_id,
                                info={"task_type": info.get("task_type", "")})
         return HarnessTask(episode_id, index, spec.group_id, task_id, self.settings.model_name, obs,
-                           self.agent.messages(obs), task_tools(self.agent), self.agent.stop_strings(0),
+                           self.agent.messages(obs), task_tools(self.agent, obs), self.agent.stop_strings(0),
                            task_style(self.agent), info, env, task_index=_task_index(spec),
                            stop_strings=self.agent.stop_strings, on_step=lambda facts: self._stepped(recorder, ep,
                                                                                                      facts),

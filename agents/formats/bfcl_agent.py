@@ -43,19 +43,24 @@ class BFCLAgent:
     def __init__(self, tokenizer: PreTrainedTokenizerBase):
         self.tokenizer = tokenizer
 
-    def messages(self, first_obs: str) -> tuple[list[dict[str, Any]], list | None]:
-        """(the opening messages, `tools=` for the template or None when they go into the system message), from the
-        env's first observation `{"tools": ..., "messages": ...}`."""
+    def opening(self, first_obs: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+        """(the opening messages, the entry's tools, whether the template renders them) from the env's first
+        observation `{"tools": ..., "messages": ...}`; where it does not, the messages open with a system message
+        listing them."""
         first = json.loads(first_obs)
         opening, tools = first["messages"], first["tools"]
         if renders_tools(self.tokenizer, tools):
-            return opening, tools
+            return opening, tools, True
         system = BFCL_SYSTEM_PROMPT + "\nFunctions:\n" + json.dumps(tools)
-        return [{"role": "system", "content": system}, *opening], None
+        return [{"role": "system", "content": system}, *opening], tools, False
+
+    def messages(self, first_obs: str) -> list[dict[str, Any]]:
+        """The opening messages (`opening`)."""
+        return self.opening(first_obs)[0]
 
     def prompt_ids(self, first_obs: str, info: dict[str, Any]) -> list[int]:
-        messages, tools = self.messages(first_obs)
-        return chat_prompt_ids(self.tokenizer, messages, tools=tools)
+        messages, tools, rendered = self.opening(first_obs)
+        return chat_prompt_ids(self.tokenizer, messages, tools=tools if rendered else None)
 
     def observation_ids(self, obs: str) -> list[int]:
         """The template's text after the turn for the observation's messages; plain text where it renders none."""

@@ -22,7 +22,8 @@ def _conversation(agent: BFCLAgent, env: BFCLEnv, entry_id: int):
     cfg = build_config(None, ["env.id=alprl/BFCL-v0", "env.task_types=[base]"])
     env.reset(options={"task_id": entry_id})
     ep = play_bfcl_expert(cfg, env, entry_id)  # resets the env itself: the train split wraps around the entries
-    messages, tools = agent.messages(ep.question)
+    messages, tools, rendered = agent.opening(ep.question)
+    tools = tools if rendered else None
     ids = agent.prompt_ids(ep.question, {})
     for k, turn in enumerate(ep.turns):
         ids += agent.turn_ids(turn)
@@ -51,8 +52,8 @@ def test_the_agents_stream_is_the_templates_rendering_of_the_episode(which, requ
 def test_a_template_without_tools_gets_them_in_the_system_message(tiny_tokenizer):
     env = BFCLEnv(categories=["base"], observation="messages")
     first, info = env.reset(options={"task_id": 0})
-    messages, tools = BFCLAgent(tiny_tokenizer).messages(first)
-    if tools is None:  # the tiny ChatML does not render `tools=`
+    messages, _, rendered = BFCLAgent(tiny_tokenizer).opening(first)
+    if not rendered:  # the tiny ChatML does not render `tools=`
         assert messages[0]["role"] == "system" and '"name": "mkdir"' in messages[0]["content"]
     assert messages[-1] == info["messages"][-1]
     env.close()
