@@ -20,9 +20,9 @@ from typing import Any
 
 from agents.endpoint.shapes import EndpointError
 from envs.tir.styles import STYLES
+from envs.tool_call_text import hermes_blocks
 
 TOOL_FORMATS = tuple(STYLES)
-_HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 CODE_TOOL = "code_interpreter"
 
 
@@ -71,16 +71,12 @@ def canonical_calls(calls: Any) -> list[tuple[str, str]]:
 
 def _hermes_calls(text: str) -> tuple[str, list[tuple[str, Any]]]:
     calls, kept, at = [], [], 0
-    for match in _HERMES_CALL.finditer(text):
-        try:
-            payload = json.loads(match.group(1))
-        except ValueError:
+    for block in hermes_blocks(text):
+        if block.error is not None:  # stays in the content, as vLLM's hermes parser leaves it
             continue
-        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-            continue
-        calls.append((payload["name"], arguments_value(payload.get("arguments", {}))))
-        kept.append(text[at: match.start()])
-        at = match.end()
+        calls.append((block.name, arguments_value(block.arguments)))
+        kept.append(text[at: block.start])
+        at = block.end
     kept.append(text[at:])
     return "".join(kept).strip() if calls else text, calls
 

@@ -16,36 +16,33 @@ import json
 import re
 from typing import Any
 
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+from envs.tool_call_text import hermes_blocks
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def parse_calls(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """(the well-formed calls `(name, arguments)` in order, a reason for each block that is not one)."""
+    """(the well-formed calls `(name, arguments)` in order, a reason for each block that is not one); blocks are
+    read by `envs.tool_call_text`, the policy endpoint's parser too."""
     calls, bad = [], []
-    for block in _CALL.findall(text):
-        try:
-            call = json.loads(block)
-        except ValueError as err:
-            bad.append(f"not JSON ({err.msg})")
+    for block in hermes_blocks(text):
+        if block.error is not None:
+            bad.append(block.error)
             continue
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            bad.append("no function name")
-            continue
-        args = call.get("arguments", {})
+        args = block.arguments
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
             except ValueError:
-                bad.append(f"{call['name']}: arguments are not JSON")
+                bad.append(f"{block.name}: arguments are not JSON")
                 continue
         if not isinstance(args, dict):
-            bad.append(f"{call['name']}: arguments are not an object")
+            bad.append(f"{block.name}: arguments are not an object")
             continue
-        if not _IDENTIFIER.fullmatch(call["name"]) or not all(_IDENTIFIER.fullmatch(str(k)) for k in args):
-            bad.append(f"{call['name']!r}: a name or argument key that is not an identifier")
+        if not _IDENTIFIER.fullmatch(block.name) or not all(_IDENTIFIER.fullmatch(str(k)) for k in args):
+            bad.append(f"{block.name!r}: a name or argument key that is not an identifier")
             continue
-        calls.append((call["name"], args))
+        calls.append((block.name, args))
     return calls, bad
 
 
