@@ -266,7 +266,8 @@ class _Episode:
                                  self.agent.stop_strings(traj.info["num_tool_calls"]), list(self.stop_token_ids))
 
     def take_turn(self, traj: Trajectory, res: GenerationResult, state: str) -> str:
-        traj.append_turn(res.token_ids, res.logprobs, state, res.topk)
+        # the engine's weights cannot change while its requests are in flight (pushes happen between rollouts)
+        traj.append_turn(res.token_ids, res.logprobs, state, res.topk, version=getattr(self.engine, "weight_version", 0))
         traj.info["turns"] += 1
         return self.agent.decode(res.token_ids)
 

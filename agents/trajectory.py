@@ -34,6 +34,8 @@ class Trajectory:
     rollout_topk:     (≤ R,) with `rollout.logprobs_topk` > 0: the sampler's most probable token ids and their
                       log-probs at each position (`GenerationResult.topk`), ([], []) at observation tokens;
                       shorter than R (empty without top-k) where the positions after it hold none.
+    token_versions:   (R,) the policy version that sampled each token (the trainer's update count whose weights
+                      the engine held, `Engine.weight_version`); -1 at observation tokens.
     reward:           scalar outcome reward of the episode, written only through `grade` (the driver that
                       ended the episode) and `shape_reward` (a shaping term added later, e.g. DAPO's).
     group_id:         trajectories sharing a task (GRPO group) share this id; set at construction, changed
@@ -58,6 +60,7 @@ class Trajectory:
     loss_mask: list[int] = field(default_factory=list)
     rollout_logprobs: list[float] = field(default_factory=list)
     rollout_topk: list[tuple[list[int], list[float]]] = field(default_factory=list)
+    token_versions: list[int] = field(default_factory=list)
     reward: float = 0.0
     group_id: int = 0
     task_id: str = ""
@@ -85,12 +88,12 @@ class Trajectory:
             raise ValueError(f"start_trace: unknown reason {reason!r}; valid: {', '.join(TRACE_STARTS)}")
         done = Trajectory(prompt_ids=self.prompt_ids, response_ids=self.response_ids, loss_mask=self.loss_mask,
                           rollout_logprobs=self.rollout_logprobs, rollout_topk=self.rollout_topk,
-                          reward=self.reward, group_id=self.group_id,
+                          token_versions=self.token_versions, reward=self.reward, group_id=self.group_id,
                           task_id=self.task_id, turn_spans=self.turn_spans, turn_states=self.turn_states,
                           info={"trace": len(self.earlier), "trace_start": self.info.get("trace_start", "")})
         self.earlier.append(done)
         self.prompt_ids, self.response_ids, self.loss_mask, self.rollout_logprobs = list(prompt_ids), [], [], []
-        self.rollout_topk = []
+        self.rollout_topk, self.token_versions = [], []
         self.turn_spans, self.turn_states = [], []
         self.info["trace"] = len(self.earlier)
         self.info["trace_start"] = reason
@@ -99,13 +102,14 @@ class Trajectory:
         starts[reason] = starts.get(reason, 0) + 1
 
     def append(self, token_ids: list[int], logprobs: list[float] | None,
-               topk: list[tuple[list[int], list[float]]] | None = None) -> None:
-        """Append sampled tokens (with their log-probs, and the sampler's top-k at each) or, with `logprobs=None`,
-        observation tokens."""
+               topk: list[tuple[list[int], list[float]]] | None = None, version: int = 0) -> None:
+        """Append sampled tokens (with their log-probs, the sampler's top-k at each and the policy version that
+        sampled them) or, with `logprobs=None`, observation tokens."""
         if topk is not None:  # the positions before (observations) hold none
             self.rollout_topk.extend([([], [])] * (len(self.response_ids) - len(self.rollout_topk)))
             self.rollout_topk.extend(topk)
         self.response_ids.extend(token_ids)
+        self.token_versions.extend([-1 if logprobs is None else int(version)] * len(token_ids))
         if logprobs is None:
             self.loss_mask.extend([0] * len(token_ids))
             self.rollout_logprobs.extend([0.0] * len(token_ids))
@@ -116,10 +120,11 @@ class Trajectory:
             self.rollout_logprobs.extend(float(x) for x in logprobs)
 
     def append_turn(self, token_ids: list[int], logprobs: list[float], state: str,
-                    topk: list[tuple[list[int], list[float]]] | None = None) -> None:
-        """Append one sampled turn and record its span and the state key it acted on."""
+                    topk: list[tuple[list[int], list[float]]] | None = None, version: int = 0) -> None:
+        """Append one sampled turn (sampled by policy `version`) and record its span and the state key it acted
+        on."""
         start = len(self.response_ids)
-        self.append(token_ids, logprobs, topk)
+        self.append(token_ids, logprobs, topk, version)
         self.turn_spans.append((start, len(self.response_ids)))
         self.turn_states.append(state)
 
@@ -154,6 +159,23 @@ class Trajectory:
             trace.rollout_logprobs = [0.0] * len(trace.response_ids)
         self.info["loss_masked"] = True
         self.info["masked_by"] = reason
+
+    def mask_stale(self, current: int, max_gap: int) -> tuple[int, int]:
+        """Leave out of the loss the sampled tokens more than `max_gap` policy versions older than `current` (mask
+        0, rollout log-prob 0.0); returns (tokens masked, sampled tokens). The one writer of a token-level mask
+        after sampling (`rollout.max_token_version_gap`, trainer/algorithms/staleness.py)."""
+        masked = sampled = 0
+        for trace in self.traces:
+            for i, (kept, version) in enumerate(zip(trace.loss_mask, trace.token_versions, strict=False)):
+                if not kept:
+                    continue
+                sampled += 1
+                if current - version > max_gap:
+                    trace.loss_mask[i], trace.rollout_logprobs[i] = 0, 0.0
+                    masked += 1
+        if masked:
+            self.info["stale_masked"] = self.info.get("stale_masked", 0) + masked
+        return masked, sampled
 
     def mark_infra_failure(self, reason: str) -> None:
         """The episode's outcome is not the policy's: `info["infra_failure"]` = reason (one of

@@ -281,8 +281,8 @@ def run_config_command(args: argparse.Namespace) -> int:
     from agents.engines.weight_check import WeightSyncError
     from envs.adapters import AdapterUnavailable
     from sandbox.client import SandboxAuthError
+    from trainer.diagnostics.degenerate import EXIT_DEGENERATE, DegenerateRun
     from trainer.runtime.checkpoint import DiskFullError
-    from trainer.runtime.degenerate import EXIT_DEGENERATE, DegenerateRun
     from trainer.runtime.outage import EXIT_INFRA_OUTAGE, InfraOutage
 
     try:

@@ -78,6 +78,10 @@ class Components:
         """Trainable state beside the model and its optimizer (the ALP log σ), for snapshots and checkpoints."""
         return [self.perturbation] if self.perturbation is not None else []
 
+    policy_version: int = 0
+    """The trainer's update count (the step whose update it finished; the checkpoint's step on resume): the
+    version `sync_engine` gives the weights it pushes (`Engine.weight_version`, less the sampler's lag)."""
+
     def sync_engine(self) -> dict[str, float]:
         """Push the trainer's weights into the inference engine (after every accepted or rolled-back update), as
         the sampler sees them: fake-quantized with rollout.sampler_quant, rollout.policy_lag updates old. Returns
@@ -87,6 +91,9 @@ class Components:
             self.engine.update_weights(full_named_parameters(self.model))
         else:
             self.sampler.push_update(self.engine, self.model)
+        self.policy_version += 1
+        lag = self.sampler.version - self.sampler.pushed_version() if self.sampler is not None else 0
+        self.engine.weight_version = self.policy_version - lag  # what each token it samples next records
         return {"rollout/weight_sync_ok": 1.0} if self.verify_sync else {}
 
     @contextmanager

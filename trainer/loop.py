@@ -51,9 +51,11 @@ from trainer.algorithms.mipu import (
     validation_rollouts,
 )
 from trainer.algorithms.quatro import quatro_targets
+from trainer.algorithms.staleness import mask_stale_tokens, staleness_metrics
 from trainer.algorithms.vcpo import sequence_log_weights
 from trainer.components import Components, build_components, make_envs
 from trainer.config.train_config import TrainConfig, to_dict
+from trainer.diagnostics.degenerate import DegenerateRun, DegenerateWatch
 from trainer.diagnostics.drift_alarm import DriftAlarm
 from trainer.diagnostics.episode_table import EPISODE_COLUMNS, episode_table
 from trainer.diagnostics.full_vocab_kl import FullVocabKL
@@ -72,7 +74,6 @@ from trainer.objective.types import Batch, EpisodeRows, collate
 from trainer.reference import kl_reward_penalty, reference_logprobs
 from trainer.runtime.async_rollouts import AsyncRollouts, start_async
 from trainer.runtime.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
-from trainer.runtime.degenerate import DegenerateRun, DegenerateWatch
 from trainer.runtime.distributed import DistContext, close_distributed, init_distributed, rank_share
 from trainer.runtime.logger import MetricLogger, require_logger_packages
 from trainer.runtime.outage import InfraOutage, OutageWatch
@@ -203,6 +204,8 @@ def train_step(c: Components, cfg: TrainConfig, algos: AlgorithmState, step: int
     start = time.perf_counter()
     trajs, sampling = collect_step(c, cfg, step) if rollouts is None else rollouts.get(step)
     sampled = time.perf_counter()
+    sampling = sampling | staleness_metrics(trajs, c.policy_version) | mask_stale_tokens(
+        trajs, c.policy_version, cfg.rollout.max_token_version_gap, cfg.rollout.stale_token_policy)
     result = learn(c, cfg, algos, trajs, step, sync=rollouts is None)
     result.trajectories = trajs
     if rollouts is not None:  # waits for the rollouts on the older weights, pushes θ_step, starts the next batch
@@ -401,6 +404,8 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
     algos = AlgorithmState()
     state = load_trainer_state(ckpt, c.optimizer, model=c.model, ctx=ctx) if ckpt else {}
     start = load_extra_state(c, algos, state) if ckpt else 0
+    if ckpt:  # the engine holds the checkpoint's weights: its tokens are that version's
+        c.policy_version = c.engine.weight_version = start
     main = ctx.is_main  # rank 0 alone writes the run's files
     run_meta = start_run_meta(run_dir, cfg, resuming=ckpt is not None, engine=c.engine_kind) if main else None
     logger = MetricLogger(run_dir, resume_step=start if ckpt else None, use_wandb=cfg.logging.wandb,
@@ -453,7 +458,7 @@ def _train(cfg: TrainConfig, ctx: DistContext, ckpt: Path | None, show_progress:
                 bar.advance(reward=result.metrics["rollout/reward"], loss=result.metrics["loss/policy"])
                 if outage.stop:  # trainer/runtime/outage.py: the infrastructure kept failing; --resume goes on here
                     raise InfraOutage(outage.stop)
-                if flat_stop:  # trainer/runtime/degenerate.py: nothing to learn from, and the user asked to stop
+                if flat_stop:  # trainer/diagnostics/degenerate.py: nothing to learn from, and the user asked to stop
                     raise DegenerateRun(flat_stop)
     finally:
         if rollouts is not None:  # before the engine closes

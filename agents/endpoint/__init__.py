@@ -10,9 +10,9 @@ token ids and log-probs per episode, and the `harness` rollout source that train
     app.py         the FastAPI routes (thin)
     server.py      uvicorn in a background thread on a loopback port the OS picks
     harness.py     `rollout.source=harness`: the user's async harness per episode, many at a time
-    tir_harness.py the TIR agent loop written against the OpenAI API (an example harness, used by the tests)
-    verifiers_harness.py  a verifiers environment as a harness (the `verifiers` extra; docs/ecosystem.md)
-    verifiers_chat.py     a verifiers harness that chats in process, so a taskset plays without uv or network
+
+The harnesses alprl ships (its TIR loop, BFCL's function-calling client, verifiers environments) are in
+agents/harnesses/.
 
 docs/policy_endpoint.md describes the endpoint, the harness contract and prefix breaks. FastAPI and uvicorn (the
 `sandbox` extra) are imported only where the server starts.

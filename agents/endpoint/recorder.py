@@ -50,6 +50,8 @@ class CallRecord:
     exchange: Any = None
     """What the call stands for in the client's terms (agents/endpoint/chat.py's `Exchange`): a later call whose
     messages repeat it gets these sampled ids, not a re-encoding of their text."""
+    version: int = 0
+    """The policy version of the weights the engine held (`Engine.weight_version`)."""
 
 
 @dataclass
@@ -142,7 +144,7 @@ class Recorder:
             room = max(self.max_response_tokens - len(traj.response_ids), 0)
             traj.append(extra[:room], None)  # a cut here ends the trace: there is no room left to sample
             if call.completion_ids:
-                traj.append_turn(call.completion_ids, call.logprobs, state_key(state))
+                traj.append_turn(call.completion_ids, call.logprobs, state_key(state), version=call.version)
                 traj.info["turns"] += 1
             if len(traj.response_ids) >= self.max_response_tokens:
                 ep.info["budget_exhausted"] = ep.info["truncated"] = True

@@ -45,6 +45,11 @@ class Sampler:
             self._thread = threading.Thread(target=self._dispatch, name="alprl-endpoint-sampler", daemon=True)
             self._thread.start()
 
+    @property
+    def version(self) -> int:
+        """The policy version of the weights the engine holds (`Engine.weight_version`; 0 for an engine without)."""
+        return getattr(self.engine, "weight_version", 0)
+
     def submit(self, request: GenerationRequest, seed: int) -> Future[GenerationResult]:
         if self._thread is None:
             return self.engine.submit([request], seed=[seed])[0]

@@ -212,7 +212,7 @@ class PolicyService:
             closed = bool(s.token_ids) and s.token_ids[-1] == self.end_id
             exchange = chat_exchange(messages, tools, continue_final, (content, s.text), full, calls_out, closed)
             self.recorder.record(ep, CallRecord(index, prompt_ids, s.token_ids, s.logprobs, s.finish_reason,
-                                                exchange))
+                                                exchange, version=self.sampler.version))
             logprobs = chat_logprobs(self.tok, s, bool(body.get("return_tokens_as_token_ids"))) \
                 if body.get("logprobs") else None
             return chat_response(f"chatcmpl-{ep.episode_id}-{index}", self.s.model_name, s,
@@ -240,7 +240,7 @@ class PolicyService:
                     self.tok.decode(s.token_ids, skip_special_tokens=False))
             closed = bool(s.token_ids) and s.token_ids[-1] == self.end_id
             self.recorder.record(ep, CallRecord(index, prompt_ids, s.token_ids, s.logprobs, s.finish_reason,
-                                                text_exchange(prompt, full, closed)))
+                                                text_exchange(prompt, full, closed), version=self.sampler.version))
             logprobs = completion_logprobs(self.tok, s, bool(body.get("return_tokens_as_token_ids"))) \
                 if body.get("logprobs") is not None else None
             return completion_response(f"cmpl-{ep.episode_id}-{index}", self.s.model_name, s, logprobs,

@@ -61,6 +61,10 @@ class Engine(Protocol):
     max_model_len: int
     """The longest prompt + response in tokens. A request is cut to fit it (finish reason "length"); a prompt
     that fills it gets no tokens, which ends its episode (agents/rollout.py)."""
+    weight_version: int
+    """The policy version of the weights it holds: the trainer's update count they come from (0: the start; the
+    trainer sets it at every push, trainer/components.py). Each sampled token records it
+    (`Trajectory.token_versions`)."""
 
     def submit(self, requests: list[GenerationRequest], *, greedy: bool = False,
                seed: Seed = None) -> list[Future[GenerationResult]]:

@@ -71,6 +71,7 @@ class HFEngine:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
         # The model's context, as vLLM derives it: both engines cut a request at the same length.
         self.max_model_len = int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
+        self.weight_version = 0  # the trainer sets it at every push (trainer/components.py)
         # transformers ≥ 5.2x names the KV-cache argument `cache`; older releases `past_key_values`.
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"

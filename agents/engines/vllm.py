@@ -230,6 +230,7 @@ class VLLMEngine:
                 worker_extension_cls="agents.engines.vllm_sync.WeightSyncExtension",
                 **(vllm_logs.llm_log_options() | llm_kwargs))
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self.weight_version = 0  # the trainer sets it at every push (trainer/components.py)
         self._sync_dtype = self.llm.llm_engine.model_config.dtype  # what pushes are cast to ("auto": the model's)
         self.verify_sync = verify_sync and not quantization and tensor_parallel_size == 1
         self._watch = EngineCoreWatch(self._llm, self._on_death)

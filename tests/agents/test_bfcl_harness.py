@@ -1,4 +1,4 @@
-"""BFCL through the policy endpoint: the OpenAI-client harness (agents/endpoint/bfcl_harness.py) plays a BFCL entry
+"""BFCL through the policy endpoint: the OpenAI-client harness (agents/harnesses/bfcl_harness.py) plays a BFCL entry
 against real uvicorn on loopback, and its episode is the native BFCL agent's token for token (Qwen2.5's template:
 tools in the system prompt, tool calls as `tool_calls`, results as `tool` messages), with BFCL's checker's reward."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from test_bfcl_agent import GroundTruthEngine
 from test_policy_endpoint import same_stream, source
 
-from agents.endpoint import bfcl_harness
 from agents.formats.bfcl_agent import BFCLAgent
+from agents.harnesses import bfcl_harness
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from envs.bfcl import BFCLEnv
 from envs.bfcl.expert import expert_turns

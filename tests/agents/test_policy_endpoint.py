@@ -19,7 +19,6 @@ import pytest
 from engine_settings import HF_FP32
 from tool_script import needs_vllm
 
-from agents.endpoint import tir_harness
 from agents.endpoint.harness import HarnessSource, HarnessTask
 from agents.endpoint.recorder import Recorder
 from agents.endpoint.sampler import Sampler
@@ -28,6 +27,7 @@ from agents.endpoint.service import EndpointSettings, PolicyService
 from agents.engines.base import GenerationResult
 from agents.engines.hf import HFEngine
 from agents.formats.tir_agent import TIRAgent
+from agents.harnesses import tir_harness
 from agents.rollout import EpisodeSpec, RolloutLimits, run_episodes
 from envs.tir.env import TIRMathEnv
 from envs.tir.styles import get_style

@@ -13,7 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("agents", "envs", "trainer", "evaluation", "app", "sandbox")
 OWNER = "agents/trajectory.py"
-FIELDS = {"reward", "group_id", "response_ids", "loss_mask", "rollout_logprobs", "turn_spans", "turn_states"}
+FIELDS = {"reward", "group_id", "response_ids", "loss_mask", "rollout_logprobs", "turn_spans", "turn_states",
+          "token_versions"}
 
 
 def field_writes(source: str) -> list[tuple[int, str]]:

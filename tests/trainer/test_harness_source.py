@@ -1,5 +1,5 @@
 """`rollout.source=harness` on the tiny TIR warm start: alprl's TIR loop written with the `openai` client
-(agents/endpoint/tir_harness.py) through the policy endpoint gives the native rollout's token streams for the same
+(agents/harnesses/tir_harness.py) through the policy endpoint gives the native rollout's token streams for the same
 sampled tokens, and GRPO trains on them for three steps; a harness that edits its history trains too, each episode
 two samples (its prefix break), under every preset.
 """
@@ -19,7 +19,7 @@ from trainer.loop import collect_step, train
 from trainer.setup.build import build_config
 
 pytestmark = pytest.mark.smoke
-HARNESS = ["rollout.source=harness", "env.harness=agents.endpoint.tir_harness:play"]
+HARNESS = ["rollout.source=harness", "env.harness=agents.harnesses.tir_harness:play"]
 
 
 def _cfg(tmp_path, sft_dir, *extra):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import verifiers.v1 as vf
 
-from agents.endpoint.verifiers_chat import ChatHarness
-from agents.endpoint.verifiers_harness import verifiers_play
+from agents.harnesses.verifiers_chat import ChatHarness
+from agents.harnesses.verifiers_harness import verifiers_play
 
 __all__ = ["ArithmeticTaskset", "ChatHarness"]
 

@@ -111,6 +111,12 @@ class RolloutConfig:
     ahead, so no sample exceeds the bound) | drop (the producer samples up to async_prefetch batches ahead; a batch
     whose lag at use exceeds max_staleness is dropped, counted in rollout/async_dropped, and replaced by a fresh
     rollout sampled with the current weights, lag 0)."""
+    max_token_version_gap: int = 0
+    """Sampled tokens more than this many policy versions older than the trainer's leave the loss (0: no bound;
+    AReaL's max_token_version_gap); `stale_token_policy` says how. Each token records its version
+    (trainer/algorithms/staleness.py)."""
+    stale_token_policy: str = "mask"
+    """mask (only the stale tokens leave the loss) | drop_episode (an episode with one leaves it whole)."""
     async_prefetch: int = 0
     """Batches the producer samples ahead under staleness_policy=drop; 0: max_staleness (then nothing is
     dropped). Unused under wait."""

@@ -115,7 +115,7 @@ class EnvConfig:
     harness: str = ""
     """rollout.source=harness: the user's async function `module:function`, (task, base_url, api_key) → reward,
     that plays one episode with any OpenAI client (agents/endpoint/harness.py, docs/policy_endpoint.md); e.g.
-    agents.endpoint.tir_harness:play, alprl's TIR loop written against the OpenAI API."""
+    agents.harnesses.tir_harness:play, alprl's TIR loop written against the OpenAI API."""
     sandbox_url: str = ""
     """Sandbox endpoint(s), comma separated. Empty: in-process executor."""
     sandbox_retry_s: float = DEFAULT_SANDBOX_RETRY_S
@@ -276,7 +276,7 @@ class TrainConfig:
     """Intra-op CPU threads for torch (0: torch's default). Tiny models on a busy machine run faster with 1."""
     degenerate_patience: int = 5
     """Steps in a row whose every GRPO group had one reward for all its members (no learning signal) before the run
-    says so in one line (0: never; trainer/runtime/degenerate.py)."""
+    says so in one line (0: never; trainer/diagnostics/degenerate.py)."""
     fail_on_degenerate: bool = False
     """Stop the run there instead (exit status 6, that step's checkpoint kept); `alprl train --fail-on-degenerate`."""
     model: ModelConfig = field(default_factory=ModelConfig)

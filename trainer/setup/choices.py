@@ -25,6 +25,7 @@ from agents.templates.history import CONTEXT_POLICIES
 from agents.tokenizer import CHAT_TEMPLATES
 from envs.household.expert import SEARCH_ORDERS
 from envs.tir.styles import STYLES
+from trainer.algorithms.staleness import STALE_POLICIES
 from trainer.config.rollout_config import INFRA_FAILURE_POLICIES
 from trainer.objective.advantages import ADVANTAGE_ESTIMATORS
 from trainer.objective.corrections import CORR_LEVELS, CORRECTIONS, MIS_SEMANTICS
@@ -58,6 +59,8 @@ def choice_problems(cfg: Any) -> list[str]:
             *choice("rollout.engine", r.engine, ENGINE_KINDS, "a rollout engine"),
             *choice("rollout.schedule", r.schedule, list(SCHEDULES), "a rollout schedule"),
             *choice("rollout.staleness_policy", r.staleness_policy, list(STALENESS_POLICIES), "a staleness policy"),
+            *choice("rollout.stale_token_policy", r.stale_token_policy, list(STALE_POLICIES),
+                    "a stale-token policy"),
             *choice("rollout.infra_failures", r.infra_failures, list(INFRA_FAILURE_POLICIES),
                     "an infrastructure-failure policy"),
             *choice("rollout.dtype", r.dtype, list(dtypes), f"a dtype of rollout.engine={r.engine}"),

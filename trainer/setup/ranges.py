@@ -68,6 +68,7 @@ RANGES: tuple[Check, ...] = (
     ("rollout.policy_lag", ">= 0 (0: on-policy sampler)", lambda v: v >= 0),
     ("rollout.logprobs_topk", ">= 0 (0: off)", lambda v: v >= 0),
     ("rollout.max_staleness", ">= 1 (updates)", lambda v: v >= 1),
+    ("rollout.max_token_version_gap", ">= 0 (0: no bound)", lambda v: v >= 0),
     ("rollout.async_prefetch", ">= 0 (0: rollout.max_staleness)", lambda v: v >= 0),
     ("algo.clip_low", "0 < clip_low <= 1 (the lower clip is 1 - clip_low; 1: no lower clip)", lambda v: 0 < v <= 1),
     ("algo.clip_high", "> 0", lambda v: v > 0),

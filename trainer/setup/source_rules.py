@@ -24,12 +24,12 @@ def source_rules(cfg: Any) -> list[str]:
     if r.harness_concurrency < 0:
         out.append(f"rollout.harness_concurrency={r.harness_concurrency}; valid: >= 0 (0: every episode at once)")
     if e.harness and ":" not in e.harness:
-        out.append(f"env.harness={e.harness!r}: expected module:function, e.g. agents.endpoint.tir_harness:play")
+        out.append(f"env.harness={e.harness!r}: expected module:function, e.g. agents.harnesses.tir_harness:play")
     if r.source != "harness":
         return out
     if not e.harness:
         out.append("rollout.source=harness needs env.harness=module:function, the async function that plays an "
-                   "episode (e.g. agents.endpoint.tir_harness:play)")
+                   "episode (e.g. agents.harnesses.tir_harness:play)")
     elif ":" in e.harness:
         try:
             load_harness(e.harness)

@@ -9,7 +9,7 @@ import json
 from tiny_tir import SMALL
 
 from app.cli import main
-from trainer.runtime.degenerate import EXIT_DEGENERATE, DegenerateWatch
+from trainer.diagnostics.degenerate import EXIT_DEGENERATE, DegenerateWatch
 
 FLAT = {"adv/degenerate_group_frac": 1.0, "rollout/reward": 0.0}
 MIXED = {"adv/degenerate_group_frac": 0.5, "rollout/reward": 0.25}

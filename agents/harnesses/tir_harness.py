@@ -1,5 +1,5 @@
 """alprl's TIR agent loop written against the OpenAI API: an example harness (`env.harness=
-agents.endpoint.tir_harness:play`) that plays the configured TIR style through the policy endpoint the way the
+agents.harnesses.tir_harness:play`) that plays the configured TIR style through the policy endpoint the way the
 native rollout (agents/rollout.py, agents/formats/tir_agent.py) plays it, so its trajectories hold the native rollout's
 token ids and masks for the same sampled tokens (tests/agents/test_policy_endpoint.py checks it).
 

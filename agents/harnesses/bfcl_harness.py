@@ -1,5 +1,5 @@
 """BFCL through the policy endpoint: an OpenAI-client agent plays `alprl/BFCL-v0` (`rollout.source=harness
-env.harness=agents.endpoint.bfcl_harness:play`), as a BFCL function-calling handler would: each call sends the
+env.harness=agents.harnesses.bfcl_harness:play`), as a BFCL function-calling handler would: each call sends the
 conversation and the entry's tools, the reply's `tool_calls` go to the env (written back in the hermes format the
 env reads), the results come back as `tool` messages answering those calls, and a reply without calls ends the user
 turn; the env's next user turn follows. The episode's tokens are the native BFCL agent's, call for call

@@ -4,7 +4,7 @@ policy endpoint and train (the `verifiers` extra: verifiers 0.4).
 
     # my_vf.py
     import verifiers.v1 as vf
-    from agents.endpoint.verifiers_harness import verifiers_play
+    from agents.harnesses.verifiers_harness import verifiers_play
 
     def build() -> vf.Env:
         return vf.load_environment(vf.SingleAgentEnvConfig(

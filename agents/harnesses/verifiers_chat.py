@@ -8,13 +8,13 @@ a verifiers taskset plays through alprl's policy endpoint on a machine without n
 (tests/trainer/test_verifiers_harness.py). verifiers' `Harness.launch` contract allows it: "a harness may run its
 loop in-process instead of launching a program, as long as every model call goes through `endpoint` + `secret`".
 Each call still goes through verifiers' interception server, which records it on the trace and forwards it to
-the run's client (agents/endpoint/verifiers_harness.py points that client at the policy endpoint).
+the run's client (agents/harnesses/verifiers_harness.py points that client at the policy endpoint).
 
 verifiers loads a harness by plugin id, the name of an importable top-level module exporting one `Harness`
 subclass in `__all__`. A taskset module ships this one as its own harness (its default: verifiers'
 `default_harness_id`) by exporting it beside its `Taskset`:
 
-    from agents.endpoint.verifiers_chat import ChatHarness
+    from agents.harnesses.verifiers_chat import ChatHarness
     __all__ = ["MyTaskset", "ChatHarness"]
 
 Not supported: tools (the MCP tool servers the `null` harness offers the model; a task that serves some is
