@@ -54,6 +54,18 @@ def sft_reset(env: gym.Env, index: int) -> str:
     return env.reset(seed=index, options={"split": "train", "index": sft_index(index)})[0]
 
 
+def play_turns(env: gym.Env, question: str, turns: list[str]) -> ExpertEpisode:
+    """Step `env` (reset by the caller, first observation `question`) with the written `turns` until it ends; the
+    episode keeps the turns it played."""
+    observations, reward = [], 0.0
+    for turn in turns:
+        obs, reward, terminated, truncated, _ = env.step(turn)
+        if terminated or truncated:
+            break
+        observations.append(obs)
+    return ExpertEpisode(question, turns[: len(observations) + 1], observations, float(reward))
+
+
 def play_tir_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
     """One imperfect-expert TIR episode, played through the real env (real sandbox observations)."""
     question = sft_reset(env, index)
@@ -63,13 +75,7 @@ def play_tir_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
                          p_wrong_copy=cfg.sft.p_wrong_copy, varied_phrasing=cfg.sft.varied_phrasing)
     if cfg.sft.expert_thinking:
         turns = with_thinking(turns)
-    observations, reward = [], 0.0
-    for turn in turns:
-        obs, reward, terminated, truncated, _ = env.step(turn)
-        if terminated or truncated:
-            break
-        observations.append(obs)
-    return ExpertEpisode(question, turns[: len(observations) + 1], observations, float(reward))
+    return play_turns(env, question, turns)
 
 
 def play_math_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
@@ -149,10 +155,4 @@ def play_bfcl_expert(cfg: Any, env: gym.Env, index: int) -> ExpertEpisode:
     question = sft_reset(env, index)
     session = env.unwrapped.session
     turns = [turn for user_turn in bfcl_expert_turns(session.entry, session.truth) for turn in user_turn]
-    observations, reward = [], 0.0
-    for turn in turns:
-        obs, reward, terminated, truncated, _ = env.step(turn)
-        if terminated or truncated:
-            break
-        observations.append(obs)
-    return ExpertEpisode(question, turns[: len(observations) + 1], observations, float(reward))
+    return play_turns(env, question, turns)
