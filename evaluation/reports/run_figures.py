@@ -157,13 +157,15 @@ def envelope_by_bin(runs: list[RunData]) -> Figure:
 # before k3 was.
 DYNAMICS = (("reward", ("rollout/reward",)), ("grad norm (pre-clip)", ("diag/grad_norm_preclip", "actor/grad_norm")),
             ("entropy", ("diag/entropy",)), ("rollout-trainer KL (k3)", ("rollout_corr/k3_kl", "rollout_corr/kl")),
-            ("policy-update KL", ("diag/policy_kl_k1", "diag/policy_kl_k3")))
+            ("policy-update KL", ("diag/policy_kl_k1", "diag/policy_kl_k3")),
+            ("token staleness (versions)", ("rollout/token_staleness_mean", "rollout/token_staleness_max")))
 FIRST_LOGGED_ONLY = ("grad norm (pre-clip)", "rollout-trainer KL (k3)")
 """Panels that plot the first of their keys a run logs, the others standing in for older runs."""
 
 
 def dynamics(runs: list[RunData]) -> Figure:
-    """Training dynamics: reward, grad norm, entropy, rollout-trainer KL and policy-update KL, one panel each."""
+    """Training dynamics: reward, grad norm, entropy, rollout-trainer KL, policy-update KL and the sampled tokens'
+    staleness in policy versions (mean solid, max dashed), one panel each."""
     title = "Training dynamics"
     panels = []
     for name, keys in DYNAMICS:

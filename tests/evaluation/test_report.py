@@ -150,3 +150,18 @@ def test_the_rollout_trainer_kl_panel_plots_k3_and_k1_only_for_runs_without_it(m
         (line,) = ax.get_lines()
         assert list(line.get_ydata()) == pytest.approx(plotted)
         report_figures.plt.close(drawn[-1])
+
+
+def test_the_staleness_panel_plots_the_tokens_versions_behind_mean_and_max(monkeypatch):
+    from evaluation.reports import run_figures as report_figures
+
+    records = [{"step": s, "rollout/reward": 0.1, "rollout/token_staleness_mean": min(s - 1, 2) * 0.5,
+                "rollout/token_staleness_max": float(min(s - 1, 2))} for s in (1, 2, 3, 4)]
+    drawn = []
+    monkeypatch.setattr(report_figures, "png", lambda fig: drawn.append(fig) or "image")
+    figure = report_figures.dynamics([report_figures.RunData("run", None, records)])
+    (ax,) = [ax for ax in drawn[-1].axes if ax.get_title().startswith("token staleness")]
+    mean, top = ax.get_lines()
+    assert list(mean.get_ydata()) == [0.0, 0.5, 1.0, 1.0] and list(top.get_ydata()) == [0.0, 1.0, 2.0, 2.0]
+    assert "token staleness" not in figure.missing
+    report_figures.plt.close(drawn[-1])
