@@ -1,7 +1,8 @@
 """One writer per invariant, on real parts (tiny Qwen2, the transformers engine, TIR env episodes):
 
-- a batch field after `collate` is written by `prepare_batch` (trainer/loop.py) alone, and an episode's whole
-  loss mask by `Trajectory.mask_out` alone;
+- a batch field after `collate` is written by `prepare_batch` (trainer/loop.py) alone, an episode's whole loss
+  mask by `Trajectory.mask_out` alone, and a sampled token's mask after sampling by `Trajectory.mask_stale` alone
+  (`rollout.max_token_version_gap`);
 - MIPU's validation batch is the training batch of the same trajectories, through the same `prepare_batch`, and
   its gap proxy reads what the validation pipeline always read (collate, group Â, one clean forward);
 - an episode DAPO's overlong filter masks out leaves every loss input of the prepared batch, yet its reward still
@@ -88,9 +89,11 @@ def test_each_batch_field_and_the_episode_mask_have_one_writer():
     assert {"advantages", "old_logp", "corr_weights", "corr_keep", "rewards", "loss_mask"} <= later
     batch_writers = {w for w in _writers(sources, later - {"loss_mask"}) if w[0].startswith("trainer/")}
     assert batch_writers == {("trainer/loop.py", "prepare_batch")}
-    # the trajectory's lists are filled by `append` (extend), zeroed as a whole by `mask_out` and handed to an earlier
-    # trace as they are by `start_trace` (which starts the new trace empty) only
+    # the trajectory's lists are filled by `append` (extend), zeroed as a whole by `mask_out`, token by token past
+    # the version bound by `mask_stale`, and handed to an earlier trace as they are by `start_trace` (which starts
+    # the new trace empty) only
     assert _writers(sources, {"loss_mask", "rollout_logprobs"}) == {("agents/trajectory.py", "mask_out"),
+                                                                     ("agents/trajectory.py", "mask_stale"),
                                                                      ("agents/trajectory.py", "start_trace")}
 
 
